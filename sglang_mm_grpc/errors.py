@@ -1,0 +1,47 @@
+"""The one exception every failure becomes: a gRPC status code plus a message naming the item."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(str, enum.Enum):
+    """gRPC status codes this service returns (same names as ``grpc.StatusCode``)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    UNAVAILABLE = "UNAVAILABLE"
+    CANCELLED = "CANCELLED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    INTERNAL = "INTERNAL"
+
+
+class PreprocessError(Exception):
+    """A request-rejecting failure. ``code`` maps 1:1 onto a gRPC status.
+
+    ``item`` is the index of the image the failure belongs to (None for request-level
+    failures); it is already part of ``message`` so the text alone is useful.
+    """
+
+    def __init__(self, code: Code | str, message: str, *, item: int | None = None):
+        self.code = Code(code)
+        self.item = item
+        self.message = f"image {item}: {message}" if item is not None else message
+        super().__init__(self.message)
+
+    @property
+    def grpc_code(self):
+        """The matching ``grpc.StatusCode`` (imported lazily: the core needs no gRPC)."""
+        import grpc
+
+        return grpc.StatusCode[self.code.value]
+
+    def __repr__(self) -> str:
+        return f"PreprocessError({self.code.value}, {self.message!r})"
+
+
+def invalid(message: str, *, item: int | None = None) -> PreprocessError:
+    return PreprocessError(Code.INVALID_ARGUMENT, message, item=item)
