@@ -1,0 +1,89 @@
+"""Plain data carried between the driver's steps and out to callers.
+
+Nothing here computes; every value is produced by the driver, a family or the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """An image as the HF processor sees it: RGB uint8 HWC after EXIF orientation."""
+
+    rgb: np.ndarray  # uint8 [H, W, 3], C-contiguous
+    source_mode: str  # Pillow mode before conversion (e.g. "RGB", "P", "CMYK")
+    format: str  # Pillow format name (e.g. "JPEG")
+
+    @property
+    def height(self) -> int:
+        return int(self.rgb.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.rgb.shape[1])
+
+
+@dataclass(frozen=True)
+class ProcessedItem:
+    """What a family made of one image.
+
+    ``feature`` is the item's slice of ``pixel_values``; ``aux`` holds its rows of the
+    model-specific tensors (concatenated over items along dim 0 by the driver);
+    ``geometry`` is whatever the family's layout and positions need (e.g. the Qwen grid).
+    """
+
+    feature: np.ndarray
+    aux: dict[str, np.ndarray]
+    geometry: tuple[int, ...]
+    resized_size: tuple[int, int]  # (height, width) the model saw
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """Per-image facts a router or backend needs (no pixels)."""
+
+    hash: str  # lowercase hex blake3 of the encoded bytes
+    height: int
+    width: int
+    resized_height: int
+    resized_width: int
+    encoded_bytes: int
+    token_count: int  # whole expansion, structural tokens included
+    structural_range: tuple[int, int]  # (offset, length) in the expanded ids
+    patch_ranges: tuple[tuple[int, int], ...]  # each maximal run of the image token
+
+
+@dataclass
+class PreprocessOutput:
+    """Everything one request produced. Arrays are what the HF processor returns."""
+
+    input_ids: np.ndarray  # int64 [len], expanded
+    original_input_ids: np.ndarray  # int64, as given
+    pixel_values: np.ndarray  # float32, the HF processor's shape and layout
+    tensors: dict[str, np.ndarray]  # model-specific tensors by HF name
+    images: list[ImageResult]
+    image_token_id: int
+    positions: np.ndarray | None = None  # int64 [3, len] for M-RoPE families
+    rope_delta: int | None = None
+    raw_images: list[bytes] = field(default_factory=list, repr=False)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hashes(self) -> list[str]:
+        return [im.hash for im in self.images]
+
+    @property
+    def token_counts(self) -> list[int]:
+        return [im.token_count for im in self.images]
+
+    @property
+    def structural_ranges(self) -> list[tuple[int, int]]:
+        return [im.structural_range for im in self.images]
+
+    @property
+    def patch_ranges(self) -> list[tuple[tuple[int, int], ...]]:
+        return [im.patch_ranges for im in self.images]
