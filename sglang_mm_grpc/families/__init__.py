@@ -1,0 +1,28 @@
+"""The family registry: which family serves a checkpoint, decided from its two JSON files.
+
+Adding a family = one module here + one entry in ``FAMILIES``.
+"""
+
+from __future__ import annotations
+
+from . import qwen_vl
+from .base import Family, FieldLayout, ItemPlan
+from .hf_keys import ConfigError
+
+# (family name, matches(preprocessor, config), build(preprocessor, config) -> Family), first match wins.
+FAMILIES = [
+    ("qwen_vl", qwen_vl.matches, lambda pp, cfg: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
+]
+
+
+def build_family(preprocessor: dict, config: dict) -> Family:
+    for _name, matches, build in FAMILIES:
+        if matches(preprocessor, config):
+            return build(preprocessor, config)
+    raise ConfigError(
+        f"no supported family for model_type={config.get('model_type')!r}, "
+        f"image_processor_type={preprocessor.get('image_processor_type')!r}"
+    )
+
+
+__all__ = ["ConfigError", "FAMILIES", "Family", "FieldLayout", "ItemPlan", "build_family"]

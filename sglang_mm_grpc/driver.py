@@ -1,0 +1,195 @@
+"""The request driver: owns the steps and their failure semantics.
+
+admit -> per image (hash, decode, plan) -> allocate pixel_values once -> per image
+process into its slot -> layout -> apply -> positions. Any failure rejects the whole
+request with one PreprocessError; there is no partial result.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+import numpy as np
+
+from . import config as model_config
+from .carriers import DecodedImage, ImageResult, PreprocessOutput, ProcessedItem
+from .errors import Code, PreprocessError, invalid
+from .families import Family, FieldLayout, ItemPlan
+from .hashing import content_hash
+from .layout import apply_layout, placeholder_layout
+from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_image
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_MAX_IMAGES = 64
+
+
+class Preprocessor:
+    """One model's preprocessing: bytes + token ids in, the HF processor's tensors out."""
+
+    def __init__(
+        self,
+        family: Family,
+        *,
+        name: str,
+        source: str,
+        max_images: int = DEFAULT_MAX_IMAGES,
+        max_image_pixels: int = DEFAULT_MAX_PIXELS,
+        formats: frozenset[str] = DEFAULT_FORMATS,
+        threads: int = 1,
+    ):
+        self.family = family
+        self.name = name
+        self.source = source
+        self.max_images = max_images
+        self.max_image_pixels = max_image_pixels
+        self.formats = formats
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="mm-item") if threads > 1 else None
+
+    @classmethod
+    def from_model(cls, model: str, *, name: str | None = None, **options) -> "Preprocessor":
+        """``model``: a built-in preset id (see ``sglang_mm_grpc.config.preset_names()``),
+        an HF model directory, or ``NAME=DIR``."""
+        src = model_config.resolve(model, name)
+        return cls(src.build(), name=src.name, source=src.source, **options)
+
+    @property
+    def field_layout(self) -> FieldLayout:
+        return self.family.field_layout
+
+    @property
+    def info(self) -> dict:
+        f = self.family
+        return {
+            "name": self.name,
+            "family": f.name,
+            "source": self.source,
+            "modalities": list(f.modalities),
+            "image_token_id": f.image_token_id,
+            "token_ids": f.token_ids(),
+            "reference_processor": f.reference_processor,
+            "mrope": f.uses_mrope,
+            "max_images_per_request": self.max_images,
+        }
+
+    def warmup(self) -> None:
+        self.family.warmup()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+    # -- the request ------------------------------------------------------------------
+
+    def preprocess(self, images: Sequence[bytes], input_ids=None) -> PreprocessOutput:
+        t0 = time.perf_counter()
+        family = self.family
+        n = len(images)
+        if n == 0:
+            raise invalid("the request has no images")
+        if n > self.max_images:
+            raise PreprocessError(
+                Code.RESOURCE_EXHAUSTED, f"{n} images in one request, over the limit of {self.max_images}"
+            )
+        if input_ids is None:
+            ids = np.full(n, family.image_token_id, dtype=np.int64)
+        else:
+            ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
+        placeholders = int(np.count_nonzero(ids == family.image_token_id))
+        if placeholders != n:  # fail before any pixel work
+            raise invalid(
+                f"input_ids hold {placeholders} image placeholder(s) (token id {family.image_token_id}) "
+                f"but the request has {n} image(s); put exactly one placeholder per image"
+            )
+
+        def admit(i: int) -> tuple[str, DecodedImage, ItemPlan, float]:
+            data = images[i]
+            h = content_hash(data)
+            td = time.perf_counter()
+            img = decode_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
+            decode_ms = (time.perf_counter() - td) * 1e3
+            return h, img, family.plan(img.height, img.width, i), decode_ms
+
+        admitted = self._fan_out(admit, range(n))
+        t1 = time.perf_counter()
+        plans = [a[2] for a in admitted]
+        shape, slots = family.batch_shape(plans)
+        pixel_values = np.empty(shape, dtype=np.float32)
+
+        def process(i: int) -> ProcessedItem:
+            return family.process_item(admitted[i][1], plans[i], pixel_values[slots[i]])
+
+        items = self._fan_out(process, range(n))
+        t2 = time.perf_counter()
+
+        layout = placeholder_layout(ids, family.image_token_id, [family.expansion(it) for it in items])
+        applied = apply_layout(layout)
+        pos = family.positions(applied, items)
+        results = [
+            ImageResult(
+                hash=h,
+                height=img.height,
+                width=img.width,
+                resized_height=it.resized_size[0],
+                resized_width=it.resized_size[1],
+                encoded_bytes=len(images[i]),
+                token_count=applied.structural_ranges[i][1],
+                structural_range=applied.structural_ranges[i],
+                patch_ranges=applied.patch_ranges[i],
+            )
+            for i, ((h, img, _plan, _ms), it) in enumerate(zip(admitted, items))
+        ]
+        t3 = time.perf_counter()
+        return PreprocessOutput(
+            input_ids=applied.input_ids,
+            original_input_ids=ids,
+            pixel_values=pixel_values,
+            tensors=family.batch_tensors(items),
+            images=results,
+            image_token_id=family.image_token_id,
+            positions=pos[0] if pos is not None else None,
+            rope_delta=pos[1] if pos is not None else None,
+            raw_images=[bytes(b) if not isinstance(b, bytes) else b for b in images],
+            timings_ms={
+                "decode_ms": sum(a[3] for a in admitted),
+                "admit_ms": (t1 - t0) * 1e3,
+                "process_ms": (t2 - t1) * 1e3,
+                "layout_ms": (t3 - t2) * 1e3,
+                "total_ms": (t3 - t0) * 1e3,
+            },
+        )
+
+    def _fan_out(self, fn: Callable[[int], R], indices) -> list[R]:
+        """The one place that decides threading. Errors: the lowest failing index wins."""
+        indices = list(indices)
+        if self._pool is None or len(indices) < 2:
+            return [_guard(fn, i) for i in indices]
+        futures = [self._pool.submit(_guard, fn, i) for i in indices]
+        results, first_error = [], None
+        for f in futures:
+            try:
+                results.append(f.result())
+            except PreprocessError as e:
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return results
+
+
+def _guard(fn: Callable[[int], R], i: int) -> R:
+    try:
+        return fn(i)
+    except PreprocessError:
+        raise
+    except MemoryError:
+        raise PreprocessError(Code.RESOURCE_EXHAUSTED, "out of memory while processing", item=i) from None
+    except Exception as e:  # a bug, not the client's fault: say so, keep serving
+        raise PreprocessError(Code.INTERNAL, f"internal error: {type(e).__name__}: {e}", item=i) from e
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))

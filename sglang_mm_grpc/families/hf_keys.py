@@ -1,0 +1,75 @@
+"""Readers for the key variants found in real ``preprocessor_config.json`` files.
+
+Checkpoints spell the same knob several ways (``size`` as height/width or
+shortest_edge/longest_edge, ``patch_size`` as an int or a dict, ``norm_mean`` for
+``image_mean`` ...). Each reader returns one canonical value or raises ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A model configuration this service cannot reproduce exactly."""
+
+
+def get(cfg: dict, *names: str, default: Any = None) -> Any:
+    for n in names:
+        if n in cfg and cfg[n] is not None:
+            return cfg[n]
+    return default
+
+
+def as_int(value: Any, what: str) -> int:
+    if isinstance(value, dict):
+        vals = {value.get("height"), value.get("width")} - {None}
+        if len(vals) != 1:
+            raise ConfigError(f"{what} {value} must be square")
+        value = vals.pop()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+        raise ConfigError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def triple(value: Any, what: str) -> tuple[float, float, float]:
+    if isinstance(value, (int, float)):
+        return (float(value),) * 3
+    if isinstance(value, (list, tuple)) and len(value) == 3:
+        return tuple(float(v) for v in value)  # type: ignore[return-value]
+    raise ConfigError(f"{what} must be a number or 3 numbers, got {value!r}")
+
+
+def resample(cfg: dict, default: int) -> int:
+    value = get(cfg, "resample", "resampling", default=default)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in range(6):
+        raise ConfigError(f"resample must be a PIL filter code 0..5, got {value!r}")
+    return value
+
+
+def flag(cfg: dict, name: str, default: bool) -> bool:
+    value = cfg.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def pixel_bounds(cfg: dict, default_min: int, default_max: int) -> tuple[int, int]:
+    """(min_pixels, max_pixels) the way Qwen2VLImageProcessor reads them.
+
+    ``size.shortest_edge``/``longest_edge`` hold them; top-level ``min_pixels``/``max_pixels``
+    override; ``size.min_pixels``/``max_pixels`` are accepted as aliases.
+    """
+    size = cfg.get("size") or {}
+    if not isinstance(size, dict):
+        raise ConfigError(f"size must be an object, got {size!r}")
+    if {"height", "width"} & set(size) and not {"shortest_edge", "longest_edge"} & set(size):
+        raise ConfigError("this family needs size.shortest_edge/longest_edge (pixel bounds), not height/width")
+    lo = get(cfg, "min_pixels", default=get(size, "shortest_edge", "min_pixels", default=default_min))
+    hi = get(cfg, "max_pixels", default=get(size, "longest_edge", "max_pixels", default=default_max))
+    lo, hi = as_int(lo, "min_pixels"), as_int(hi, "max_pixels")
+    if lo > hi:
+        raise ConfigError(f"min_pixels {lo} is larger than max_pixels {hi}")
+    return lo, hi

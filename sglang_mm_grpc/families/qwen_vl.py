@@ -1,0 +1,168 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL images (HF ``Qwen2VLImageProcessorPil``).
+
+smart_resize to a multiple of patch*merge within [min_pixels, max_pixels], resample
+(bicubic by default), rescale+normalize, then patchify into rows of
+3*temporal*patch*patch ordered merge-block-major; each image becomes
+t*h*w/merge**2 image pad tokens and gets M-RoPE positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..carriers import DecodedImage, ProcessedItem
+from ..errors import invalid
+from ..kernels import normalize, patchify, resample_pil
+from ..layout import AppliedLayout, Expansion
+from ..positions import mrope_positions
+from . import hf_keys
+from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
+
+MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+MAX_ASPECT_RATIO = 200
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' ``smart_resize`` (Python ``round`` is half to even), item errors aside."""
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than {MAX_ASPECT_RATIO}, "
+            f"got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class QwenVLConfig:
+    """The resolved knobs (from preprocessor_config.json + config.json)."""
+
+    model_type: str = "qwen2_vl"
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+    image_mean: tuple[float, ...] = CLIP_MEAN
+    image_std: tuple[float, ...] = CLIP_STD
+    rescale_factor: float = 1 / 255
+    do_rescale: bool = True
+    do_normalize: bool = True
+    resample: int = resample_pil.BICUBIC
+    image_token_id: int = 151655
+    video_token_id: int = 151656
+    vision_start_token_id: int = 151652
+    vision_end_token_id: int = 151653
+
+
+def config_from_hf(preprocessor: dict, config: dict) -> QwenVLConfig:
+    """Resolve the knobs from the checkpoint's two JSON files (HF class defaults fill gaps)."""
+    d = QwenVLConfig()
+    g = hf_keys.get
+    for name in ("do_resize", "do_convert_rgb"):
+        if not hf_keys.flag(preprocessor, name, True):
+            raise hf_keys.ConfigError(f"{name}=false is not supported for the Qwen-VL family")
+    min_pixels, max_pixels = hf_keys.pixel_bounds(preprocessor, d.min_pixels, d.max_pixels)
+    text = config.get("text_config") or {}
+    ids = {k: g(config, k, default=g(text, k, default=getattr(d, k))) for k in (
+        "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    return QwenVLConfig(
+        model_type=str(config.get("model_type") or d.model_type),
+        patch_size=hf_keys.as_int(g(preprocessor, "patch_size", default=d.patch_size), "patch_size"),
+        temporal_patch_size=hf_keys.as_int(
+            g(preprocessor, "temporal_patch_size", default=d.temporal_patch_size), "temporal_patch_size"),
+        merge_size=hf_keys.as_int(g(preprocessor, "merge_size", default=d.merge_size), "merge_size"),
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+        image_mean=hf_keys.triple(g(preprocessor, "image_mean", "norm_mean", default=d.image_mean), "image_mean"),
+        image_std=hf_keys.triple(g(preprocessor, "image_std", "norm_std", default=d.image_std), "image_std"),
+        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
+        do_rescale=hf_keys.flag(preprocessor, "do_rescale", True),
+        do_normalize=hf_keys.flag(preprocessor, "do_normalize", True),
+        resample=hf_keys.resample(preprocessor, d.resample),
+        **{k: hf_keys.as_int(v, k) for k, v in ids.items()},
+    )
+
+
+def matches(preprocessor: dict, config: dict) -> bool:
+    return config.get("model_type") in MODEL_TYPES or str(
+        preprocessor.get("image_processor_type", "")).startswith("Qwen2VLImageProcessor")
+
+
+class QwenVL(Family):
+    name = "qwen_vl"
+    reference_processor = "Qwen2VLImageProcessorPil"
+    uses_mrope = True
+
+    def __init__(self, config: QwenVLConfig):
+        self.config = config
+        self.image_token_id = config.image_token_id
+        self.field_layout = FieldLayout(
+            batched=("image_grid_thw", "patches_per_image"), flat={"pixel_values": "patches_per_image"}
+        )
+        self.factor = config.patch_size * config.merge_size
+        self.row_width = 3 * config.temporal_patch_size * config.patch_size**2
+        self._lut = normalize.pil_backend_lut(
+            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize
+        )
+
+    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+        c = self.config
+        try:
+            h, w = smart_resize(height, width, self.factor, c.min_pixels, c.max_pixels)
+        except ValueError as e:
+            raise invalid(f"{height}x{width} image: {e}", item=item) from None
+        if h <= 0 or w <= 0:
+            raise invalid(f"{height}x{width} image resizes to {h}x{w}", item=item)
+        gh, gw = h // c.patch_size, w // c.patch_size
+        return ItemPlan((h, w), (gh * gw, self.row_width), (1, gh, gw))
+
+    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+        c = self.config
+        h, w = plan.resized_size
+        patchify.resize_normalize_patchify(
+            image.rgb, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
+        )
+        t, gh, gw = plan.geometry
+        aux = {
+            "image_grid_thw": np.array([[t, gh, gw]], dtype=np.int64),
+            "patches_per_image": np.array([t * gh * gw], dtype=np.int64),
+        }
+        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
+
+    def expansion(self, item: ProcessedItem) -> Expansion:
+        t, gh, gw = item.geometry
+        return Expansion.repeat(self.image_token_id, t * gh * gw // self.config.merge_size**2)
+
+    def positions(self, applied: AppliedLayout, items: list[ProcessedItem]):
+        spans = [(off, n, it.geometry) for (off, n), it in zip(applied.structural_ranges, items)]
+        return mrope_positions(len(applied.input_ids), spans, self.config.merge_size)
+
+    def token_ids(self) -> dict[str, int]:
+        c = self.config
+        return {
+            "image_pad": c.image_token_id,
+            "video_pad": c.video_token_id,
+            "vision_start": c.vision_start_token_id,
+            "vision_end": c.vision_end_token_id,
+        }
+
+    def warmup(self) -> None:
+        resample_pil.warmup()
+        rng = np.random.default_rng(0)
+        for size in ((37, 53), (300, 40), (40, 300)):
+            img = DecodedImage(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB", "PNG")
+            plan = self.plan(*size, item=0)
+            self.process_item(img, plan, np.empty(plan.feature_shape, np.float32))

@@ -1,0 +1,92 @@
+"""The token layout: one value from which expansion and every range derive.
+
+A family answers "what does image i expand into"; this module places those expansions
+at the placeholders, so the expanded ids, the structural ranges and the patch-only
+ranges cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import invalid
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """The tokens one image becomes. ``patch_id`` marks the tokens that carry features."""
+
+    tokens: np.ndarray  # int64 [n]
+    patch_id: int
+
+    @classmethod
+    def repeat(cls, token_id: int, count: int) -> "Expansion":
+        return cls(np.full(count, token_id, dtype=np.int64), token_id)
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where each image's expansion replaces its placeholder in the source ids."""
+
+    source_ids: np.ndarray  # int64, one placeholder per image
+    placeholder_positions: np.ndarray  # int64 [n_images], ascending
+    expansions: tuple[Expansion, ...]
+
+
+@dataclass(frozen=True)
+class AppliedLayout:
+    input_ids: np.ndarray  # int64 expanded
+    structural_ranges: tuple[tuple[int, int], ...]  # (offset, length) per image
+    patch_ranges: tuple[tuple[tuple[int, int], ...], ...]  # runs of patch_id per image
+
+
+def placeholder_layout(source_ids, placeholder_id: int, expansions) -> TokenLayout:
+    """The i-th ``placeholder_id`` in ``source_ids`` becomes ``expansions[i]``.
+
+    Refuses a placeholder count that differs from the image count: a silent mismatch
+    would shift every later image onto the wrong tokens.
+    """
+    ids = np.asarray(source_ids, dtype=np.int64).reshape(-1)
+    positions = np.flatnonzero(ids == placeholder_id)
+    if len(positions) != len(expansions):
+        raise invalid(
+            f"input_ids hold {len(positions)} image placeholder(s) (token id {placeholder_id}) "
+            f"but the request has {len(expansions)} image(s); put exactly one placeholder per image"
+        )
+    for i, e in enumerate(expansions):
+        if len(e) == 0:
+            raise invalid("image expands to 0 tokens", item=i)
+    return TokenLayout(ids, positions.astype(np.int64), tuple(expansions))
+
+
+def _runs(tokens: np.ndarray, token_id: int, offset: int) -> tuple[tuple[int, int], ...]:
+    mask = np.concatenate(([False], tokens == token_id, [False]))
+    edges = np.flatnonzero(mask[1:] != mask[:-1])
+    starts, ends = edges[0::2], edges[1::2]
+    return tuple((offset + int(s), int(e - s)) for s, e in zip(starts, ends))
+
+
+def apply_layout(layout: TokenLayout) -> AppliedLayout:
+    """Expand the ids and derive every range from the same walk."""
+    src = layout.source_ids
+    pieces = []
+    structural = []
+    patches = []
+    cursor = 0
+    out_len = 0
+    for pos, expansion in zip(layout.placeholder_positions.tolist(), layout.expansions):
+        pieces.append(src[cursor:pos])
+        out_len += pos - cursor
+        structural.append((out_len, len(expansion)))
+        patches.append(_runs(expansion.tokens, expansion.patch_id, out_len))
+        pieces.append(expansion.tokens)
+        out_len += len(expansion)
+        cursor = pos + 1
+    pieces.append(src[cursor:])
+    ids = np.concatenate(pieces) if pieces else src.copy()
+    return AppliedLayout(ids.astype(np.int64, copy=False), tuple(structural), tuple(patches))

@@ -1,0 +1,95 @@
+"""Encoded bytes -> the RGB uint8 pixels the HF processor would see.
+
+The parity reference is ``ImageOps.exif_transpose(Image.open(BytesIO(raw)))`` handed to
+the processor, whose ``convert_to_rgb`` composites transparency onto white. This module
+does exactly that with Pillow, after checks that refuse what must not be decoded:
+unknown formats, images whose header claims too many pixels (decompression bombs), and
+samples wider than 8 bits (which Pillow would silently truncate or the processor clip).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ..carriers import DecodedImage
+from ..errors import Code, PreprocessError, invalid
+
+#: Formats decoded by default. MPO is what many phone cameras write (JPEG + previews).
+DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
+#: 8192 x 8192: a 8000x6000 photo fits, a pixel bomb does not.
+DEFAULT_MAX_PIXELS = 1 << 26
+
+_ORIENTATION = 0x0112
+_WIDE_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N", "I;32", "RGB;16", "RGBA;16")
+
+
+def _wider_than_8_bits(im: Image.Image) -> bool:
+    if im.mode in _WIDE_MODES or im.mode.startswith("I;"):
+        return True
+    # 48/64-bit PNGs open as "RGB"/"RGBA" with a 16-bit raw mode Pillow would truncate.
+    for tile in getattr(im, "tile", None) or ():
+        args = tile[3] if len(tile) > 3 else None
+        rawmode = args[0] if isinstance(args, tuple) and args else args
+        if isinstance(rawmode, str) and "16" in rawmode:
+            return True
+    return False
+
+
+def decode_image(
+    data: bytes,
+    *,
+    item: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    formats: frozenset[str] = DEFAULT_FORMATS,
+) -> DecodedImage:
+    """Decode one image or raise a PreprocessError naming ``item`` and the cause."""
+    if not data:
+        raise invalid("empty image data", item=item)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"image too large to decode: {e}", item=item) from None
+    except Exception as e:  # Pillow raises many types for garbage input
+        raise invalid(f"not a decodable image ({len(data)} bytes): {e}", item=item) from None
+    fmt = im.format or ""
+    if fmt not in formats:
+        raise invalid(f"image format {fmt or 'unknown'} is not accepted (accepted: {', '.join(sorted(formats))})", item=item)
+    width, height = im.size
+    if width <= 0 or height <= 0:
+        raise invalid(f"image has no pixels ({width}x{height})", item=item)
+    if width * height > max_pixels:
+        raise PreprocessError(
+            Code.RESOURCE_EXHAUSTED,
+            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}",
+            item=item,
+        )
+    if _wider_than_8_bits(im):
+        raise invalid(f"{fmt} image in mode {im.mode} has more than 8 bits per sample; send an 8-bit image", item=item)
+    source_mode = im.mode
+    try:
+        im.load()
+        if im.getexif().get(_ORIENTATION, 1) in range(2, 9):
+            im = ImageOps.exif_transpose(im)
+        rgb = _to_rgb(im)
+    except PreprocessError:
+        raise
+    except Exception as e:
+        raise invalid(f"corrupt or truncated {fmt} image: {e}", item=item) from None
+    return DecodedImage(rgb, source_mode, fmt)
+
+
+def _to_rgb(im: Image.Image) -> np.ndarray:
+    """transformers' ``convert_to_rgb`` for PIL images: alpha composited onto white."""
+    if "A" in im.getbands() or im.info.get("transparency") is not None:
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        im = Image.alpha_composite(background, rgba).convert("RGB")
+    elif im.mode != "RGB":
+        im = im.convert("RGB")
+    return np.asarray(im)
