@@ -1,0 +1,247 @@
+from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as _sglang_scheduler_pb2
+from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as _trtllm_service_pb2
+from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as _vllm_engine_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKEND_UNSPECIFIED: _ClassVar[Backend]
+    BACKEND_SGLANG: _ClassVar[Backend]
+    BACKEND_VLLM: _ClassVar[Backend]
+    BACKEND_TRTLLM: _ClassVar[Backend]
+BACKEND_UNSPECIFIED: Backend
+BACKEND_SGLANG: Backend
+BACKEND_VLLM: Backend
+BACKEND_TRTLLM: Backend
+
+class TensorData(_message.Message):
+    __slots__ = ("data", "shape", "dtype")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, data: _Optional[bytes] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class PlaceholderRange(_message.Message):
+    __slots__ = ("offset", "length")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    length: int
+    def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class MediaItem(_message.Message):
+    __slots__ = ("url", "data")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    data: bytes
+    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PreprocessRequest(_message.Message):
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    KEEP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    input_ids: _containers.RepeatedScalarFieldContainer[int]
+    images: _containers.RepeatedCompositeFieldContainer[MediaItem]
+    backend: Backend
+    keep_handle: bool
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ...) -> None: ...
+
+class ImageInfo(_message.Message):
+    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes")
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURAL_RANGE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_RANGES_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    RESIZED_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    RESIZED_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    hash: str
+    token_count: int
+    structural_range: PlaceholderRange
+    patch_ranges: _containers.RepeatedCompositeFieldContainer[PlaceholderRange]
+    height: int
+    width: int
+    resized_height: int
+    resized_width: int
+    encoded_bytes: int
+    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ...) -> None: ...
+
+class MropePositions(_message.Message):
+    __slots__ = ("positions", "delta")
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    positions: TensorData
+    delta: int
+    def __init__(self, positions: _Optional[_Union[TensorData, _Mapping]] = ..., delta: _Optional[int] = ...) -> None: ...
+
+class StageTimings(_message.Message):
+    __slots__ = ("fetch_ms", "decode_ms", "process_ms", "total_ms")
+    FETCH_MS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    fetch_ms: float
+    decode_ms: float
+    process_ms: float
+    total_ms: float
+    def __init__(self, fetch_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., process_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+
+class PreprocessResponse(_message.Message):
+    __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    MROPE_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    input_ids: _containers.RepeatedScalarFieldContainer[int]
+    images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
+    mrope: MropePositions
+    handle: str
+    payload: BackendPayload
+    timings: StageTimings
+    image_token_id: int
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ...) -> None: ...
+
+class BackendPayload(_message.Message):
+    __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    SGLANG_FIELD_NUMBER: _ClassVar[int]
+    VLLM_FIELD_NUMBER: _ClassVar[int]
+    TRTLLM_FIELD_NUMBER: _ClassVar[int]
+    backend: Backend
+    input_ids: _containers.RepeatedScalarFieldContainer[int]
+    sglang: _sglang_scheduler_pb2.MultimodalInputs
+    vllm: _vllm_engine_pb2.MultimodalInputs
+    trtllm: _trtllm_service_pb2.MultimodalInput
+    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ...) -> None: ...
+
+class AssembleRequest(_message.Message):
+    __slots__ = ("handle", "backend", "release")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    backend: Backend
+    release: bool
+    def __init__(self, handle: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., release: _Optional[bool] = ...) -> None: ...
+
+class AssembleResponse(_message.Message):
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: BackendPayload
+    def __init__(self, payload: _Optional[_Union[BackendPayload, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("handle",)
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    def __init__(self, handle: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
+class MultimodalIntermediate(_message.Message):
+    __slots__ = ("model", "input_ids", "original_input_ids", "images", "pixel_values", "tensors", "image_data", "image_token_id", "batched_keys", "flat_keys", "mrope")
+    class TensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TensorData
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorData, _Mapping]] = ...) -> None: ...
+    class FlatKeysEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    PIXEL_VALUES_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DATA_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCHED_KEYS_FIELD_NUMBER: _ClassVar[int]
+    FLAT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    MROPE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    input_ids: _containers.RepeatedScalarFieldContainer[int]
+    original_input_ids: _containers.RepeatedScalarFieldContainer[int]
+    images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
+    pixel_values: TensorData
+    tensors: _containers.MessageMap[str, TensorData]
+    image_data: _containers.RepeatedScalarFieldContainer[bytes]
+    image_token_id: int
+    batched_keys: _containers.RepeatedScalarFieldContainer[str]
+    flat_keys: _containers.ScalarMap[str, str]
+    mrope: MropePositions
+    def __init__(self, model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., original_input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., pixel_values: _Optional[_Union[TensorData, _Mapping]] = ..., tensors: _Optional[_Mapping[str, TensorData]] = ..., image_data: _Optional[_Iterable[bytes]] = ..., image_token_id: _Optional[int] = ..., batched_keys: _Optional[_Iterable[str]] = ..., flat_keys: _Optional[_Mapping[str, str]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request")
+    class TokenIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MODALITIES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_PROCESSOR_FIELD_NUMBER: _ClassVar[int]
+    MROPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_IMAGES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    family: str
+    source: str
+    modalities: _containers.RepeatedScalarFieldContainer[str]
+    image_token_id: int
+    token_ids: _containers.ScalarMap[str, int]
+    reference_processor: str
+    mrope: bool
+    max_images_per_request: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
