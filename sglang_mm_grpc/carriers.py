@@ -70,7 +70,8 @@ class PreprocessOutput:
     positions: np.ndarray | None = None  # int64 [3, len] for M-RoPE families
     rope_delta: int | None = None
     raw_images: list[bytes] = field(default_factory=list, repr=False)
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)  # request stages
+    item_timings_ms: list[dict[str, float]] = field(default_factory=list)  # per image: decode, process
 
     @property
     def hashes(self) -> list[str]:

@@ -120,10 +120,13 @@ class Preprocessor:
         shape, slots = family.batch_shape(plans)
         pixel_values = np.empty(shape, dtype=np.float32)
 
-        def process(i: int) -> ProcessedItem:
-            return family.process_item(admitted[i][1], plans[i], pixel_values[slots[i]])
+        def process(i: int) -> tuple[ProcessedItem, float]:
+            tp = time.perf_counter()
+            item = family.process_item(admitted[i][1], plans[i], pixel_values[slots[i]])
+            return item, (time.perf_counter() - tp) * 1e3
 
-        items = self._fan_out(process, range(n))
+        processed = self._fan_out(process, range(n))
+        items = [p[0] for p in processed]
         t2 = time.perf_counter()
 
         layout = placeholder_layout(ids, family.image_token_id, [family.expansion(it) for it in items])
@@ -161,6 +164,7 @@ class Preprocessor:
                 "layout_ms": (t3 - t2) * 1e3,
                 "total_ms": (t3 - t0) * 1e3,
             },
+            item_timings_ms=[{"decode_ms": a[3], "process_ms": p[1]} for a, p in zip(admitted, processed)],
         )
 
     def _fan_out(self, fn: Callable[[int], R], indices) -> list[R]:

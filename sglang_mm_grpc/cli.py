@@ -1,0 +1,115 @@
+"""Command line: ``sglang-mm-grpc preprocess | models | serve | bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _parse_ids(text: str | None):
+    if text is None:
+        return None
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise SystemExit(f"--input-ids must be comma-separated integers, got {text!r}") from None
+
+
+def _preprocess_local(args) -> int:
+    from . import Preprocessor, PreprocessError
+
+    try:
+        pp = Preprocessor.from_model(args.model)
+        blobs = [Path(p).read_bytes() for p in args.images]
+    except PreprocessError as e:
+        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    pp.warmup()
+    t0 = time.perf_counter()
+    try:
+        out = pp.preprocess(blobs, input_ids=_parse_ids(args.input_ids))
+    except PreprocessError as e:
+        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        return 1
+    ms = (time.perf_counter() - t0) * 1e3
+    grids = out.tensors.get("image_grid_thw")
+    for i, (path, im, t) in enumerate(zip(args.images, out.images, out.item_timings_ms)):
+        grid = "x".join(map(str, grids[i].tolist())) if grids is not None else "-"
+        print(
+            f"[{i}] {path}: {im.height}x{im.width} -> {im.resized_height}x{im.resized_width} "
+            f"grid {grid} tokens {im.token_count} blake3 {im.hash[:16]} "
+            f"decode {t['decode_ms']:.1f} ms, process {t['process_ms']:.1f} ms"
+        )
+    print(
+        f"pixel_values {out.pixel_values.dtype} {list(out.pixel_values.shape)}; "
+        f"{len(out.input_ids)} input ids; {ms:.1f} ms for {len(blobs)} image(s)"
+    )
+    if args.out:
+        arrays = {"pixel_values": out.pixel_values, "input_ids": out.input_ids, **out.tensors}
+        if out.positions is not None:
+            arrays["mrope_positions"] = out.positions
+            arrays["mrope_position_delta"] = np.array([out.rope_delta], dtype=np.int64)
+        np.savez(args.out, **arrays)
+        print(f"wrote {args.out}: {', '.join(arrays)}")
+    return 0
+
+
+def _models(args) -> int:
+    from . import Preprocessor
+    from .config import preset_names
+
+    for name in preset_names():
+        info = Preprocessor.from_model(name).info
+        print(f"{name}\tfamily={info['family']}\timage_token_id={info['image_token_id']}\treference={info['reference_processor']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglang-mm-grpc", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("preprocess", help="preprocess images (locally, or through a server with --target)")
+    p.add_argument("--model", required=True, help="preset id, model directory, or (with --target) a served name")
+    p.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
+    p.add_argument("--out", help="write every output array to this .npz")
+    p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
+    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
+    p.set_defaults(func=_preprocess)
+
+    m = sub.add_parser("models", help="list the built-in model presets")
+    m.set_defaults(func=_models)
+
+    try:
+        from .cli_remote import add_serve_parser
+    except ImportError:
+        add_serve_parser = None
+    if add_serve_parser is not None:
+        add_serve_parser(sub)
+    return parser
+
+
+def _preprocess(args) -> int:
+    if args.target:
+        from .cli_remote import run_remote_preprocess
+
+        return run_remote_preprocess(args)
+    if args.backend:
+        raise SystemExit("--backend needs --target (a running server assembles backend payloads)")
+    return _preprocess_local(args)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
