@@ -1,0 +1,110 @@
+"""The normalize tables and the fused Qwen writer against the unfused HF chain.
+
+Unfused chain = real Pillow ``Image.resize`` -> transformers' ``rescale`` and
+``normalize`` (image_transforms) -> the HF patchify reshape/transpose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from transformers.image_transforms import normalize as hf_normalize
+from transformers.image_transforms import rescale as hf_rescale
+from transformers.image_utils import ChannelDimension
+
+import imagegen
+from sglang_mm_grpc.kernels import normalize, patchify
+
+CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+HALF = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+@pytest.mark.parametrize("mean,std", [CLIP, HALF, ((0.1, 0.9, 0.33), (0.7, 0.01, 1.3))])
+@pytest.mark.parametrize("factor", [1 / 255, 0.5, 1.0])
+def test_pil_lut_equals_hf_rescale_normalize(mean, std, factor):
+    chw = np.arange(256, dtype=np.uint8)[None, None, :].repeat(3, axis=0)  # [3, 1, 256]
+    f = ChannelDimension.FIRST
+    ref = hf_normalize(hf_rescale(chw, factor, input_data_format=f), mean, std, input_data_format=f)
+    lut = normalize.pil_backend_lut(mean, std, factor)
+    assert lut.dtype == np.float32 and np.array_equal(lut, ref[:, 0, :])
+
+
+def test_pil_lut_without_rescale_or_normalize():
+    chw = np.arange(256, dtype=np.uint8)[None, None, :].repeat(3, axis=0)
+    f = ChannelDimension.FIRST
+    only_norm = hf_normalize(chw, *CLIP, input_data_format=f)
+    assert np.array_equal(normalize.pil_backend_lut(*CLIP, do_rescale=False), only_norm[:, 0, :])
+    only_rescale = hf_rescale(chw, 1 / 255, input_data_format=f)
+    assert np.array_equal(normalize.pil_backend_lut(*CLIP, do_normalize=False), only_rescale[:, 0, :])
+
+
+def test_torchvision_lut_equals_torch_fused_normalize():
+    torch = pytest.importorskip("torch")
+    tvF = pytest.importorskip("torchvision.transforms.v2.functional")
+    for mean, std in (CLIP, HALF):
+        x = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 256).repeat(3, 1, 1)
+        m = torch.tensor(mean) * (1.0 / (1 / 255))
+        s = torch.tensor(std) * (1.0 / (1 / 255))
+        ref = tvF.normalize(x.to(torch.float32), m, s).numpy()[:, 0, :]
+        assert np.array_equal(normalize.torchvision_backend_lut(mean, std), ref)
+
+
+def unfused(rgb, out_h, out_w, resample, mean, std, patch, merge, temporal):
+    img = Image.fromarray(rgb)
+    if (out_h, out_w) != rgb.shape[:2]:
+        img = img.resize((out_w, out_h), resample, reducing_gap=None)
+    chw = np.asarray(img).transpose(2, 0, 1)
+    f = ChannelDimension.FIRST
+    x = hf_normalize(hf_rescale(chw, 1 / 255, input_data_format=f), mean, std, input_data_format=f)
+    c, h, w = x.shape
+    gh, gw = h // patch, w // patch
+    p = x.reshape(c, gh // merge, merge, patch, gw // merge, merge, patch).transpose(1, 4, 2, 5, 0, 3, 6)
+    p = np.broadcast_to(p[:, :, :, :, :, None], (*p.shape[:5], temporal, patch, patch))
+    return p.reshape(gh * gw, c * temporal * patch * patch)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    h=st.integers(1, 300), w=st.integers(1, 300),
+    gh=st.integers(1, 12), gw=st.integers(1, 12),
+    resample=st.sampled_from([0, 1, 2, 3, 4, 5]),
+    geometry=st.sampled_from([(14, 2, 2), (16, 2, 2), (14, 2, 1), (8, 1, 3)]),
+    seed=st.integers(0, 1000),
+)
+def test_fused_equals_unfused(h, w, gh, gw, resample, geometry, seed):
+    patch, merge, temporal = geometry
+    out_h, out_w = gh * patch * merge, gw * patch * merge
+    rgb = imagegen.pixels(h, w, seed, "noise")
+    lut = normalize.pil_backend_lut(*CLIP)
+    got = patchify.resize_normalize_patchify(rgb, out_h, out_w, resample, lut, patch, merge, temporal)
+    want = unfused(rgb, out_h, out_w, resample, *CLIP, patch, merge, temporal)
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(56, 56), (56, 112), (84, 56)])
+def test_no_resize_is_a_pure_relayout(shape):
+    rgb = imagegen.pixels(*shape, seed=1)
+    lut = normalize.pil_backend_lut(*HALF)
+    got = patchify.resize_normalize_patchify(rgb, *shape, 3, lut, 14, 2, 2)
+    assert np.array_equal(got, unfused(rgb, *shape, 3, *HALF, 14, 2, 2))
+
+
+def test_writes_into_a_slot_of_a_larger_batch():
+    rgb = imagegen.pixels(70, 90, seed=2)
+    lut = normalize.pil_backend_lut(*CLIP)
+    batch = np.full((10 + 16, 1176), np.nan, dtype=np.float32)
+    patchify.resize_normalize_patchify(rgb, 56, 56, 3, lut, 14, 2, 2, out=batch[10:])
+    assert np.isnan(batch[:10]).all()
+    assert np.array_equal(batch[10:], unfused(rgb, 56, 56, 3, *CLIP, 14, 2, 2))
+
+
+def test_rejects_bad_targets():
+    rgb = imagegen.pixels(10, 10)
+    lut = normalize.pil_backend_lut(*CLIP)
+    with pytest.raises(ValueError):
+        patchify.resize_normalize_patchify(rgb, 30, 28, 3, lut, 14, 2, 2)
+    with pytest.raises(ValueError):
+        patchify.resize_normalize_patchify(rgb, 28, 28, 3, lut, 14, 2, 2, out=np.empty((3, 1176), np.float32))

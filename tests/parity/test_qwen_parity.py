@@ -1,0 +1,146 @@
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL against the installed ``Qwen2VLImageProcessorPil``.
+
+Every case runs the real processor on the same bytes and compares with
+``np.array_equal``: float32 pixel values bit for bit, integer outputs exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import imagegen
+from reference import qwen_reference, run_reference
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc.config import resolve
+
+PRESETS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
+
+# (height, width): tiny, thin, odd, on the patch grid, around min/max pixels, large.
+SIZES = [
+    (1, 1), (2, 2), (13, 7), (7, 13), (27, 29), (28, 28), (32, 32), (55, 57), (56, 56), (57, 56),
+    (101, 333), (255, 257), (256, 256), (300, 500), (336, 672), (448, 448), (480, 640), (512, 512),
+    (999, 777), (720, 1280), (1080, 1920), (3000, 20), (20, 3000), (224, 4000), (1365, 2048),
+]
+
+
+@pytest.fixture(scope="module", params=PRESETS)
+def pair(request):
+    src = resolve(request.param)
+    return Preprocessor.from_model(request.param), qwen_reference(src.preprocessor_config)
+
+
+def assert_same(ours, ref, merge: int):
+    assert ours.pixel_values.dtype == np.float32
+    assert ours.pixel_values.shape == ref["pixel_values"].shape
+    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
+    assert mismatch == 0, f"{mismatch} pixel values differ"
+    grid = ours.tensors["image_grid_thw"]
+    assert grid.dtype == np.int64 and np.array_equal(grid, ref["image_grid_thw"])
+    assert np.array_equal(ours.tensors["patches_per_image"], grid.prod(axis=1))
+    assert ours.token_counts == [int(g.prod()) // merge**2 for g in grid]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("kind", ["noise", "smooth"])
+def test_sizes_png(pair, size, kind):
+    pp, ref = pair
+    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
+    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
+
+
+@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+def test_modes_and_formats(pair, name):
+    pp, ref = pair
+    raw = imagegen.modes_corpus()[name]
+    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
+
+
+@pytest.mark.parametrize("size", [(3000, 4000), (4000, 3000), (6000, 8000)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_large_photos(pair, size):
+    pp, ref = pair
+    raw = imagegen.jpeg(*size, seed=3, kind="smooth", quality=85)
+    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
+
+
+def test_just_over_max_pixels():
+    """12845056 = 3584*3584 is Qwen2's max: one pixel row over it takes the max branch."""
+    pp = Preprocessor.from_model(PRESETS[0])
+    ref = qwen_reference(resolve(PRESETS[0]).preprocessor_config)
+    raw = imagegen.jpeg(3585, 3584, seed=4, kind="smooth")
+    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), 2)
+
+
+def test_many_images_one_request(pair):
+    pp, ref = pair
+    raws = [imagegen.png(40 + 37 * i, 300 - 23 * i, seed=i) for i in range(5)] + [imagegen.jpeg(480, 640)]
+    assert_same(pp.preprocess(raws), run_reference(ref, raws), pp.family.config.merge_size)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    h=st.integers(1, 900),
+    w=st.integers(1, 900),
+    seed=st.integers(0, 2**16),
+    kind=st.sampled_from(["noise", "smooth"]),
+    preset=st.sampled_from([PRESETS[0], PRESETS[2]]),
+)
+def test_random_sizes(h, w, seed, kind, preset):
+    if max(h, w) / min(h, w) > 200:
+        return  # rejected; covered by test_aspect_ratio_over_200
+    pp = _cached(preset)
+    raw = imagegen.png(h, w, seed=seed, kind=kind)
+    assert_same(pp[0].preprocess([raw]), run_reference(pp[1], [raw]), pp[0].family.config.merge_size)
+
+
+_CACHE: dict = {}
+
+
+def _cached(preset):
+    if preset not in _CACHE:
+        _CACHE[preset] = (Preprocessor.from_model(preset), qwen_reference(resolve(preset).preprocessor_config))
+    return _CACHE[preset]
+
+
+def test_aspect_ratio_over_200(pair):
+    pp, ref = pair
+    raw = imagegen.png(2, 500)
+    with pytest.raises(ValueError):
+        run_reference(ref, [raw])
+    with pytest.raises(PreprocessError) as e:
+        pp.preprocess([imagegen.png(10, 10), raw])
+    assert e.value.code is Code.INVALID_ARGUMENT and e.value.item == 1
+    assert "image 1" in str(e.value) and "aspect ratio" in str(e.value)
+
+
+# -- model directories with non-default settings ----------------------------------------
+
+DIR_CONFIGS = {
+    "min_max_pixels": {"min_pixels": 50000, "max_pixels": 200000, "patch_size": 14, "merge_size": 2,
+                       "temporal_patch_size": 2, "image_processor_type": "Qwen2VLImageProcessor"},
+    "size_dict_bilinear": {"size": {"shortest_edge": 4096, "longest_edge": 409600}, "resample": 2,
+                           "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                           "image_processor_type": "Qwen2VLImageProcessorFast"},
+    "lanczos_patch16_merge2": {"min_pixels": 1024, "max_pixels": 1048576, "patch_size": 16, "resample": 1},
+    "temporal1_hamming_box": {"temporal_patch_size": 1, "resample": 5, "max_pixels": 300000},
+    "box_filter": {"resample": 4, "max_pixels": 250000},
+    "nearest_filter": {"resample": 0, "max_pixels": 250000, "min_pixels": 100000},
+    "no_normalize": {"do_normalize": False, "max_pixels": 250000},
+    "custom_rescale": {"rescale_factor": 0.5, "do_normalize": True, "max_pixels": 250000},
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
+def test_model_directory(tmp_path, name):
+    pre = DIR_CONFIGS[name]
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "image_token_id": 151655}))
+    pp = Preprocessor.from_model(str(tmp_path))
+    ref = qwen_reference(pre)
+    for size in [(300, 500), (37, 2000), (1080, 1920), (13, 7)]:
+        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
+        assert_same(pp.preprocess(raws), run_reference(ref, raws), pp.family.config.merge_size)
