@@ -1,0 +1,163 @@
+"""Command line for the service: ``serve``, and ``preprocess --target`` through a server.
+
+Hooked into ``sglang_mm_grpc.cli`` (``add_serve_parser``, ``run_remote_preprocess``);
+also runnable on its own: ``python -m sglang_mm_grpc.cli_remote serve|preprocess ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+_URL = re.compile(r"^(https?://|data:|file://)", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """``536870912``, ``512MiB``, ``512M``, ``4KiB`` -> bytes (binary units)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 512MiB)")
+    unit = (m.group(2) or "")[:1].lower()
+    return int(m.group(1)) * _UNITS[unit]
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    from .server import ServerConfig
+
+    d = ServerConfig()
+    p = subparsers.add_parser(
+        "serve",
+        help="run the gRPC server",
+        description="Serve MultimodalPreprocessor (plus gRPC health and reflection).",
+    )
+    p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host})")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument(
+        "--model", dest="models", action="append", default=[], metavar="M",
+        help="preset id, model directory, or NAME=DIR (requests then say NAME); repeatable; "
+        "default: every built-in preset",
+    )
+    p.add_argument("--workers", type=int, default=0, help="CPU worker threads (default: one per core)")
+    p.add_argument("--max-message-bytes", type=byte_size, help="both message limits (default 512MiB)")
+    p.add_argument("--max-receive-bytes", type=byte_size, default=d.max_receive_bytes, help="largest request")
+    p.add_argument("--max-send-bytes", type=byte_size, default=d.max_send_bytes, help="largest response")
+    p.add_argument("--store-bytes", type=byte_size, default=d.store_bytes, help="handle store capacity (default 2GiB)")
+    p.add_argument("--store-items", type=int, default=d.store_items, help=f"handles kept at most (default {d.store_items})")
+    p.add_argument("--handle-ttl", type=float, default=d.handle_ttl_s, help="seconds a handle lives after its last use")
+    p.add_argument("--grace", type=float, default=d.grace_s, help="seconds in-flight requests get on SIGTERM")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=run_serve)
+    return p
+
+
+def run_serve(args) -> int:
+    from .server import ServerConfig, run
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    receive = args.max_message_bytes or args.max_receive_bytes
+    send = args.max_message_bytes or args.max_send_bytes
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        models=list(args.models),
+        workers=args.workers,
+        max_receive_bytes=receive,
+        max_send_bytes=send,
+        store_bytes=args.store_bytes,
+        store_items=args.store_items,
+        handle_ttl_s=args.handle_ttl,
+        grace_s=args.grace,
+    )
+    return run(config)
+
+
+def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
+    """``preprocess --target`` on its own (``cli.py`` has the combined local/remote one)."""
+    p = subparsers.add_parser("preprocess", help="preprocess images through a running server")
+    p.add_argument("--target", required=True, help="HOST:PORT of the server")
+    p.add_argument("--model", required=True, help="a served model name (see ListModels)")
+    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="assemble this backend's payload")
+    p.add_argument("--input-ids", help="comma-separated token ids, one placeholder per image")
+    p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
+    p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    p.add_argument("images", nargs="+", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
+    p.set_defaults(func=run_remote_preprocess)
+    return p
+
+
+def run_remote_preprocess(args) -> int:
+    """One call through a server. Plain paths are read here; URLs go as strings.
+
+    Reads ``args``: target, model, images, backend (None: no payload), input_ids
+    (comma-separated text or None), out, timeout (optional).
+    """
+    import grpc
+    import numpy as np
+
+    from .client import Client, payload_arrays
+
+    try:
+        sources = [s if _URL.match(s) else Path(s).read_bytes() for s in args.images]
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ids = _ids(getattr(args, "input_ids", None))
+    backend = getattr(args, "backend", None)
+    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0) as client:
+        try:
+            resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend)
+            if resp.handle and not backend:
+                client.release(resp.handle)  # nothing will assemble it
+        except grpc.RpcError as e:
+            print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+            return 1
+
+    for i, (src, im) in enumerate(zip(args.images, resp.images)):
+        print(
+            f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: {im.height}x{im.width} -> "
+            f"{im.resized_height}x{im.resized_width} tokens {im.token_count} "
+            f"at {im.structural_range.offset} blake3 {im.hash[:16]}"
+        )
+    t = resp.timings
+    print(
+        f"{len(resp.input_ids)} input ids; fetch {t.fetch_ms:.1f} ms, decode {t.decode_ms:.1f} ms, "
+        f"process {t.process_ms:.1f} ms, total {t.total_ms:.1f} ms (server side)"
+    )
+    if backend:
+        arrays = payload_arrays(resp.payload)
+        shapes = {k: f"{v.dtype}{list(v.shape)}" for k, v in arrays.items()}
+        print(f"{backend} payload: {json.dumps(shapes)}")
+    else:
+        arrays = {"input_ids": np.asarray(resp.input_ids, dtype=np.int64)}
+    if args.out:
+        np.savez(args.out, **arrays)
+        print(f"wrote {args.out}: {', '.join(arrays)}")
+    return 0
+
+
+def _ids(value):
+    if value is None or isinstance(value, (list, tuple)):
+        return value
+    try:
+        return [int(t) for t in str(value).replace(" ", "").split(",") if t]
+    except ValueError:
+        raise SystemExit(f"--input-ids must be comma-separated integers, got {value!r}") from None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_mm_grpc.cli_remote", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(sub)
+    add_remote_preprocess_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""A small synchronous client for the MultimodalPreprocessor service.
+
+    with Client("127.0.0.1:50061") as c:
+        r = c.preprocess("Qwen/Qwen2-VL-7B-Instruct", [jpeg_bytes], backend="vllm")
+        r.payload.vllm          # put into vllm GenerateRequest.mm_inputs
+        r.payload.input_ids     # and these into its tokenized.input_ids
+
+Failures raise ``grpc.RpcError`` (``.code()``, ``.details()``) as the server sent them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from . import tensors
+from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
+
+MiB = 1 << 20
+_BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM}
+
+
+def backend_value(backend) -> int:
+    """``"sglang"`` / ``"BACKEND_SGLANG"`` / the enum number -> the enum number."""
+    if backend is None:
+        return pb.BACKEND_UNSPECIFIED
+    if isinstance(backend, str):
+        key = backend.lower().removeprefix("backend_")
+        if key not in _BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(_BACKENDS)}")
+        return _BACKENDS[key]
+    return int(backend)
+
+
+def media_item(image) -> pb.MediaItem:
+    """bytes -> sent as data; ``Path`` -> read here and sent as data; str -> sent as a URL."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return pb.MediaItem(data=bytes(image))
+    if isinstance(image, Path):
+        return pb.MediaItem(data=image.read_bytes())
+    if isinstance(image, str):
+        return pb.MediaItem(url=image)
+    raise TypeError(f"an image is bytes, a pathlib.Path or a URL string, not {type(image).__name__}")
+
+
+def payload_arrays(payload: pb.BackendPayload) -> dict[str, np.ndarray]:
+    """Every tensor of a payload by name, plus ``input_ids`` (int64)."""
+    arrays: dict[str, np.ndarray] = {}
+    which = payload.WhichOneof("mm_inputs")
+    if which in ("sglang", "vllm"):
+        mm = getattr(payload, which)
+        if mm.HasField("pixel_values"):
+            arrays["pixel_values"] = tensors.to_array(mm.pixel_values)
+        for name, td in mm.model_specific_tensors.items():
+            arrays[name] = tensors.to_array(td)
+    arrays["input_ids"] = np.asarray(payload.input_ids, dtype=np.int64)
+    return arrays
+
+
+class Client:
+    def __init__(self, target: str, *, timeout: float | None = 60.0, max_message_bytes: int = 512 * MiB):
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self.stub = pb_grpc.MultimodalPreprocessorStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def preprocess(
+        self,
+        model: str,
+        images: Iterable,
+        input_ids: Sequence[int] | None = None,
+        backend=None,
+        *,
+        keep_handle: bool = False,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> pb.PreprocessResponse:
+        """Preprocess ``images``; with ``backend`` the payload comes back in the response.
+
+        ``input_ids`` None: the server assumes one placeholder per image and nothing else.
+        Without ``backend`` (or with ``keep_handle``) the response's ``handle`` names the
+        kept intermediate for ``assemble``.
+        """
+        req = pb.PreprocessRequest(
+            request_id=request_id,
+            model=model,
+            input_ids=list(input_ids or ()),
+            images=[media_item(im) for im in images],
+            backend=backend_value(backend),
+            keep_handle=keep_handle,
+        )
+        return self.stub.Preprocess(req, timeout=self._timeout(timeout))
+
+    def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None) -> pb.BackendPayload:
+        req = pb.AssembleRequest(handle=handle, backend=backend_value(backend), release=release)
+        return self.stub.Assemble(req, timeout=self._timeout(timeout)).payload
+
+    def release(self, handle: str, *, timeout: float | None = None) -> bool:
+        return self.stub.Release(pb.ReleaseRequest(handle=handle), timeout=self._timeout(timeout)).released
+
+    def list_models(self, *, timeout: float | None = None) -> list[pb.ModelInfo]:
+        return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self._timeout(timeout)).models)
+
+    def health(self, service: str = "", *, timeout: float | None = 5.0) -> str:
+        """SERVING, NOT_SERVING, SERVICE_UNKNOWN or UNKNOWN (raises grpc.RpcError if unreachable)."""
+        resp = self._health.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def wait_until_serving(self, timeout: float = 120.0, *, service: str = "") -> None:
+        """Poll health until SERVING; TimeoutError after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        last = "unreachable"
+        while time.monotonic() < end:
+            try:
+                last = self.health(service, timeout=2.0)
+                if last == "SERVING":
+                    return
+            except grpc.RpcError as e:
+                last = e.code().name
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.target} not SERVING after {timeout:.0f}s (last: {last})")
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout

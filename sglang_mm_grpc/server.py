@@ -1,0 +1,165 @@
+"""The gRPC server: lifecycle around the servicer.
+
+Start listening at once with health NOT_SERVING, load every model and warm its kernels
+in the worker pool, then report SERVING. CPU work runs on a thread pool sized to the
+cores (the kernels release the GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse
+new RPCs, let in-flight ones finish within the grace period, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
+from .config import preset_names
+from .driver import Preprocessor, default_threads
+from .servicer import SERVICE_NAME, Fetch, PreprocessorServicer, inline_fetch
+from .store import HandleStore
+
+log = logging.getLogger(__name__)
+
+HealthServicer = health.aio.HealthServicer
+HEALTH_SERVICE_NAME = health.SERVICE_NAME
+
+MiB = 1 << 20
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50061
+    # Preset ids, model directories or NAME=DIR; empty: every built-in preset.
+    models: list[str] = field(default_factory=list)
+    workers: int = 0  # 0: one per core
+    max_receive_bytes: int = 512 * MiB
+    max_send_bytes: int = 512 * MiB
+    store_bytes: int = 2048 * MiB
+    store_items: int = 4096
+    handle_ttl_s: float = 120.0
+    grace_s: float = 30.0
+
+
+class Server:
+    """One server instance. ``start`` binds and begins loading; ``stop`` drains."""
+
+    def __init__(self, config: ServerConfig, fetch: Fetch = inline_fetch):
+        self.config = config
+        self.workers = config.workers or default_threads()
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
+        self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s)
+        self.servicer = PreprocessorServicer(self.store, self.executor, fetch)
+        self.health = HealthServicer()
+        self.port: int | None = None
+        self.preprocessors: dict[str, Preprocessor] = {}
+        self._server: grpc.aio.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+
+    async def start(self) -> int:
+        """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port."""
+        cfg = self.config
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_receive_bytes),
+                ("grpc.max_send_message_length", cfg.max_send_bytes),
+                ("grpc.so_reuseport", 0),  # a taken port is an error, not a shared one
+            ]
+        )
+        pb_grpc.add_MultimodalPreprocessorServicer_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, NOT_SERVING)
+        port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        if port == 0:
+            raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
+        await server.start()
+        self._server, self.port = server, port
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        log.info("listening on %s:%d (%d workers); loading models", cfg.host, port, self.workers)
+        return port
+
+    async def load(self) -> None:
+        """Load and warm every model off the event loop, then report SERVING."""
+        specs = self.config.models or preset_names()
+        loop = asyncio.get_running_loop()
+        for spec in specs:
+            pp = await loop.run_in_executor(self.executor, self._load_one, spec)
+            if pp.name in self.preprocessors:
+                raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
+            self.preprocessors[pp.name] = pp
+        self.servicer.set_models(self.preprocessors)
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, SERVING)
+        log.info("serving %s", ", ".join(self.preprocessors))
+
+    def _load_one(self, spec: str) -> Preprocessor:
+        pp = Preprocessor.from_model(spec, threads=self.workers)
+        pp.warmup()
+        log.info("loaded %s (%s)", pp.name, pp.info["family"])
+        return pp
+
+    async def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING first, then refuse new RPCs and wait for in-flight ones."""
+        await self.health.enter_graceful_shutdown()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            await self._server.stop(self.config.grace_s if grace is None else grace)
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for pp in self.preprocessors.values():
+            pp.close()
+
+    async def _sweep(self) -> None:
+        period = max(1.0, min(30.0, self.config.handle_ttl_s / 2))
+        while True:
+            await asyncio.sleep(period)
+            self.store.sweep()
+
+
+async def serve(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
+    """Run until SIGTERM or SIGINT; returns the process exit code."""
+    server = Server(config, fetch)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except Exception as e:
+        log.error("%s", e)
+        return 1
+    loading = loop.create_task(server.load())
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if loading.done() and loading.exception() is not None:
+        e = loading.exception()
+        log.error("cannot load models: %s", getattr(e, "message", e))
+        code = 1
+    else:
+        if not stopping.done():
+            await stopping
+        log.info("signal received: draining (up to %.0fs)", config.grace_s)
+    if not loading.done():
+        # The load thread cannot be interrupted; let it finish, then leave.
+        await asyncio.wait({loading})
+    stopping.cancel()
+    await server.stop()
+    log.info("stopped")
+    return code
+
+
+def run(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
+    return asyncio.run(serve(config, fetch))
