@@ -1,0 +1,239 @@
+"""MediaFetcher: a request's image sources -> bytes, under one FetchPolicy.
+
+The order is fixed so limits hold before work is spent: classify every source and
+check the item cap, the static URL checks and the inline bytes against the request
+budget; then fetch everything concurrently on the event loop (http and files under a
+global concurrency cap and a per-fetch timeout bounded by the request deadline). The
+first failure cancels the other fetches and is raised as one PreprocessError that names
+the image index, the redacted source and the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections import Counter
+from typing import Mapping, Sequence
+
+import httpcore
+
+from ..errors import Code, PreprocessError
+from .budget import ByteBudget
+from .failures import FetchFailure, exhausted, timed_out
+from .http import HttpFetcher, check_target, parse_http_url
+from .local import read_local_file
+from .policy import FetchPolicy
+from .proxy import ProxyConfig
+from .sources import RawSource, Source, classify, decode_base64, describe
+from .ssrf import Resolver, system_resolver
+from .transport import Clients
+
+__all__ = ["FetchPolicy", "MediaFetcher"]
+
+
+class MediaFetcher:
+    """Fetches image sources for requests; one instance per server, shared by all requests.
+
+    ``resolver``, ``ssl_context`` and ``network_backend`` replace the system resolver,
+    the default CA bundle and the socket layer under the address pinning (tests use them
+    to point names at local servers). Proxy variables are read from ``environ`` (default
+    ``os.environ``) once, here.
+    """
+
+    def __init__(
+        self,
+        policy: FetchPolicy | None = None,
+        *,
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        network_backend: httpcore.AsyncNetworkBackend | None = None,
+        environ: Mapping[str, str] | None = None,
+    ):
+        self.policy = policy if policy is not None else FetchPolicy.from_env()
+        self.proxies = ProxyConfig.from_env(environ)
+        resolver = resolver or system_resolver
+        self._clients = Clients(
+            self.policy, self.proxies, resolver, ssl_context=ssl_context, network_backend=network_backend
+        )
+        self._http = HttpFetcher(self.policy, self._clients, resolver, on_bytes=self._count_bytes)
+        self._slots = asyncio.Semaphore(self.policy.max_concurrent_fetches)
+        self._started = 0
+        self._failed = 0
+        self._bytes = 0
+        self._in_flight = 0
+        self._refusals: Counter[str] = Counter()
+
+    @property
+    def stats(self) -> dict:
+        """Counters since start: fetches started/failed (http and files), bytes fetched,
+        fetches in flight now, and refusals by reason (a FetchPolicy limit or a check)."""
+        return {
+            "fetches_started": self._started,
+            "fetches_failed": self._failed,
+            "bytes_fetched": self._bytes,
+            "in_flight": self._in_flight,
+            "refusals": dict(self._refusals),
+        }
+
+    def _count_bytes(self, n: int) -> None:
+        self._bytes += n
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> "MediaFetcher":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.aclose()
+
+    async def fetch_all(self, sources: Sequence[RawSource], deadline: float | None = None) -> list[bytes]:
+        """Bytes of every source, in order.
+
+        ``deadline`` is an absolute ``time.monotonic()`` value (the RPC deadline) or None.
+        The item cap, the static checks and the byte budget for inline sources are
+        applied before any byte is fetched.
+        """
+        sources = list(sources)
+        if len(sources) > self.policy.max_items:
+            self._refusals["max_items"] += 1
+            raise exhausted("max_items", f"{len(sources)} images exceed max_items ({self.policy.max_items})")
+        budget = ByteBudget(self.policy.request_byte_budget)
+        admitted = [self._admit(i, raw, budget) for i, raw in enumerate(sources)]
+        coroutines = [self._fetch_item(i, raw, source, budget, deadline) for i, (raw, source) in enumerate(zip(sources, admitted))]
+        return await _all_or_nothing(coroutines)
+
+    def _admit(self, index: int, raw: RawSource, budget: ByteBudget) -> Source:
+        with self._failures(index, raw):
+            source = classify(raw)
+            if source.kind == "http":
+                check_target(parse_http_url(source.value), self.policy)
+            if source.size is not None:
+                budget.reserve(source.size)
+            return source
+
+    async def _fetch_item(self, index: int, raw: RawSource, source: Source, budget: ByteBudget, deadline: float | None) -> bytes:
+        with self._failures(index, raw):
+            if source.kind == "bytes":
+                return source.value  # type: ignore[return-value]
+            if source.kind == "base64":
+                return await decode_base64(source.value)  # type: ignore[arg-type]
+            await self._acquire_slot(deadline)
+            try:
+                return await self._fetch_in_slot(source, budget, deadline)
+            finally:
+                self._slots.release()
+
+    async def _acquire_slot(self, deadline: float | None) -> None:
+        if deadline is None:
+            await self._slots.acquire()
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise timed_out("the request deadline passed before the fetch started")
+        try:
+            async with _timeout(remaining):
+                await self._slots.acquire()
+        except asyncio.TimeoutError:
+            raise timed_out("the request deadline passed while waiting for a fetch slot") from None
+
+    async def _fetch_in_slot(self, source: Source, budget: ByteBudget, deadline: float | None) -> bytes:
+        timeout = self.policy.fetch_timeout_s
+        limit = f"fetch_timeout_s ({timeout:g} s)"
+        if deadline is not None and deadline - time.monotonic() < timeout:
+            timeout = max(deadline - time.monotonic(), 0.0)
+            limit = "the request deadline"
+        self._started += 1
+        self._in_flight += 1
+        try:
+            async with _timeout(timeout):
+                if source.kind == "file":
+                    return await read_local_file(source.value, self.policy.allowed_local_media_path, budget)  # type: ignore[arg-type]
+                # httpx gets a looser per-operation backstop; the scope above is the real bound.
+                return await self._http.fetch(source.value, budget, timeout + 1.0)  # type: ignore[arg-type]
+        except asyncio.TimeoutError:
+            self._failed += 1
+            raise timed_out(f"timed out after {timeout:.3g} s ({limit})") from None
+        except Exception:
+            self._failed += 1
+            raise
+        finally:
+            self._in_flight -= 1
+
+    def _failures(self, index: int, raw: RawSource) -> "_ItemFailures":
+        return _ItemFailures(self, index, raw)
+
+
+class _ItemFailures:
+    """Turns any failure of one item into a PreprocessError naming the item and source."""
+
+    def __init__(self, fetcher: MediaFetcher, index: int, raw: RawSource):
+        self._fetcher, self._index, self._raw = fetcher, index, raw
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False  # success, or cancellation: let it through untouched
+        where = describe(self._raw)
+        if isinstance(exc, FetchFailure):
+            if exc.reason is not None and exc.code in (Code.PERMISSION_DENIED, Code.RESOURCE_EXHAUSTED):
+                self._fetcher._refusals[exc.reason] += 1
+            raise FetchFailure(exc.code, f"{where}: {exc.cause}", item=self._index, reason=exc.reason) from None
+        if isinstance(exc, PreprocessError):
+            raise PreprocessError(exc.code, f"{where}: {exc.message}", item=self._index) from exc
+        raise PreprocessError(
+            Code.INTERNAL, f"{where}: unexpected {type(exc).__name__}: {exc}", item=self._index
+        ) from exc
+
+
+if hasattr(asyncio, "timeout"):
+    _timeout = asyncio.timeout
+else:  # Python 3.10
+
+    @contextlib.asynccontextmanager
+    async def _timeout(seconds: float):
+        task = asyncio.current_task()
+        fired = False
+
+        def fire() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
+        handle = asyncio.get_running_loop().call_later(seconds, fire)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if fired:
+                raise asyncio.TimeoutError from None
+            raise
+        finally:
+            handle.cancel()
+
+
+async def _all_or_nothing(coroutines) -> list:
+    """Run concurrently; on the first failure (or our own cancellation) cancel and await the
+    rest, so no fetch outlives the request, then raise the lowest-indexed failure."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        await _cancel_all(tasks)
+        raise
+    failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
+    if failed:
+        await _cancel_all(tasks)
+        raise failed[0].exception()
+    return [t.result() for t in tasks]
+
+
+async def _cancel_all(tasks) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

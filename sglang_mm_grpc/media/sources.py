@@ -1,0 +1,181 @@
+"""What a source string is (data URL, base64, URL, local path) and inline base64 decoding.
+
+Classification happens before any byte is fetched, so malformed input fails fast and
+the decoded size of every inline source is known up front and can be reserved.
+
+Rules, in order: ``bytes`` are the image; a string with a URL scheme is ``data:``
+(``;base64`` only), ``http(s):`` or ``file:`` and nothing else; a string starting with
+``/`` is an absolute path unless it is long base64 (base64 may start with ``/``: every
+JPEG does, as ``/9j/``); anything else is bare base64 (standard alphabet, padded,
+validated strictly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import re
+from dataclasses import dataclass
+from typing import Union
+from urllib.parse import unquote, urlsplit
+
+from .failures import FetchFailure, malformed
+
+RawSource = Union[str, bytes, bytearray, memoryview]
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_BASE64_SHAPE = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+# Longest string still considered as a possible path (PATH_MAX on Linux).
+_PATH_MAX = 4096
+# A path that is also well-formed base64 of at least this length is taken as base64.
+_MIN_BASE64_LOOKALIKE = 64
+_DECODE_CHUNK = 4 << 20  # base64 characters per step; a multiple of 4
+_SHOWN = 160  # characters of a URL or path shown in messages
+
+
+@dataclass(frozen=True)
+class Source:
+    """A classified source. ``kind`` is one of bytes, base64, http, file.
+
+    ``value`` is the bytes, the base64 payload, the URL or the filesystem path.
+    ``size`` is the byte count known before fetching (bytes and base64), else None.
+    """
+
+    kind: str
+    value: Union[str, bytes]
+    size: int | None = None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "…"
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials, query or fragment, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparseable URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = ("***@" if "@" in parts.netloc else "") + host + (f":{port}" if port is not None else "")
+    shown = f"{parts.scheme}://{netloc}{parts.path}" if parts.netloc or parts.scheme in ("http", "https", "file") else f"{parts.scheme}:{parts.path}"
+    if parts.query:
+        shown += "?…"
+    return _clip(shown)
+
+
+def base64_size(payload: str) -> int:
+    """Decoded size of standard padded base64, checked without decoding anything."""
+    n = len(payload)
+    if n == 0:
+        raise malformed("empty base64 payload")
+    if n % 4:
+        raise malformed(f"invalid base64: length {n} is not a multiple of 4 (bad padding)")
+    padding = 2 if payload.endswith("==") else 1 if payload.endswith("=") else 0
+    if payload.find("=", 0, n - padding) != -1:
+        raise malformed("invalid base64: '=' padding before the end")
+    return n // 4 * 3 - padding
+
+
+def _decode_chunk(chunk: str) -> bytes:
+    try:
+        try:
+            return binascii.a2b_base64(chunk, strict_mode=True)
+        except TypeError:  # Python < 3.11: no strict mode; validate the alphabet instead
+            if not _BASE64_SHAPE.fullmatch(chunk):
+                raise binascii.Error("character outside the base64 alphabet") from None
+            return binascii.a2b_base64(chunk)
+    except (binascii.Error, ValueError) as exc:
+        raise malformed(f"invalid base64: {exc}") from None
+
+
+async def decode_base64(payload: str) -> bytes:
+    """Decode a payload already checked by ``base64_size``, yielding to the loop between chunks."""
+    if len(payload) <= _DECODE_CHUNK:
+        return _decode_chunk(payload)
+    parts = []
+    for start in range(0, len(payload), _DECODE_CHUNK):
+        parts.append(_decode_chunk(payload[start : start + _DECODE_CHUNK]))
+        await asyncio.sleep(0)
+    return b"".join(parts)
+
+
+def _looks_like_base64(text: str) -> bool:
+    if len(text) > _PATH_MAX:
+        return True
+    return len(text) >= _MIN_BASE64_LOOKALIKE and len(text) % 4 == 0 and bool(_BASE64_SHAPE.fullmatch(text))
+
+
+def _file_url_path(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise malformed("unparseable file URL") from None
+    if parts.netloc not in ("", "localhost"):
+        raise malformed("file URLs must not name a host (use file:///absolute/path)")
+    if parts.query:
+        raise malformed("file URLs must not have a query")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise malformed("file URLs must hold an absolute path")
+    return path
+
+
+def describe(source: object) -> str:
+    """How a source appears in messages: no credentials, no query, no inline payload."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"<{len(source)} bytes>"
+    if not isinstance(source, str):
+        return f"<{type(source).__name__}>"
+    text = source.strip()
+    match = _SCHEME.match(text)
+    if match:
+        if match.group(1).lower() == "data":
+            meta, _, payload = text[5:].partition(",")
+            meta = meta if len(meta) <= 64 else meta[:64] + "…"
+            return f"data:{meta},…({len(payload)} chars)"
+        return redact_url(text)
+    if text.startswith("/") and not _looks_like_base64(text):
+        return _clip(text)
+    return f"base64,…({len(text)} chars)"
+
+
+def classify(source: RawSource) -> Source:
+    """Classify one source, raising INVALID_ARGUMENT for anything malformed."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = source if isinstance(source, bytes) else bytes(source)
+        if not data:
+            raise malformed("empty source")
+        return Source("bytes", data, len(data))
+    if not isinstance(source, str):
+        raise malformed(f"unsupported source type {type(source).__name__}")
+    text = source.strip()
+    if not text:
+        raise malformed("empty source")
+
+    match = _SCHEME.match(text)
+    if match:
+        scheme = match.group(1).lower()
+        if scheme == "data":
+            meta, comma, payload = text[5:].partition(",")
+            if not comma:
+                raise malformed("data URL has no ',' before its payload")
+            if meta.split(";")[-1].strip().lower() != "base64":
+                raise malformed("only ';base64' data URLs are accepted")
+            return Source("base64", payload, base64_size(payload))
+        if scheme in ("http", "https"):
+            return Source("http", text)
+        if scheme == "file":
+            return Source("file", _file_url_path(text))
+        raise malformed(f"unsupported URL scheme {scheme!r} (expected http, https, data or file)")
+
+    if text.startswith("/") and not _looks_like_base64(text):
+        return Source("file", text)
+    try:
+        size = base64_size(text)
+    except FetchFailure as exc:
+        raise malformed(f"not a URL, an absolute path or valid base64 ({exc.cause})") from None
+    return Source("base64", text, size)
