@@ -118,7 +118,7 @@ class Preprocessor:
         t1 = time.perf_counter()
         plans = [a[2] for a in admitted]
         shape, slots = family.batch_shape(plans)
-        pixel_values = np.empty(shape, dtype=np.float32)
+        pixel_values = (np.zeros if family.pads_batch else np.empty)(shape, dtype=np.float32)
 
         def process(i: int) -> tuple[ProcessedItem, float]:
             tp = time.perf_counter()

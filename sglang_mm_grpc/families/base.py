@@ -46,6 +46,9 @@ class Family:
     modalities: tuple[str, ...] = ("image",)
     uses_mrope: bool = False
 
+    #: True when pixel_values has padding between items' slots (it is then zero-filled).
+    pads_batch: bool = False
+
     image_token_id: int
     field_layout: FieldLayout
 
@@ -56,12 +59,13 @@ class Family:
         """Write the item's features into ``out`` (its slot of pixel_values)."""
         raise NotImplementedError
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[slice]]:
-        """pixel_values' shape and each item's slot in it. Default: concatenate on dim 0."""
+    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
+        """pixel_values' shape and each item's slot in it (an index tuple whose view has
+        the item's ``feature_shape``). Default: concatenate on dim 0."""
         rows = [p.feature_shape[0] for p in plans]
         starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
         shape = (int(starts[-1]), *plans[0].feature_shape[1:])
-        return shape, [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+        return shape, [(slice(int(a), int(b)),) for a, b in zip(starts[:-1], starts[1:])]
 
     def expansion(self, item: ProcessedItem) -> Expansion:
         raise NotImplementedError

@@ -2,7 +2,7 @@
 
 ``http_proxy`` / ``https_proxy`` / ``all_proxy`` pick the proxy by the target's scheme
 (lowercase names win over uppercase; an empty lowercase value unsets). ``no_proxy``
-(lowercase first) lists hosts reached directly:
+(or, if it is empty, ``NO_PROXY``) lists hosts reached directly:
 
 * entries are comma-separated, trimmed, lowercased, leading dots stripped, empties ignored;
 * ``*`` matches every host;
@@ -108,7 +108,8 @@ class ProxyConfig:
         for scheme in ("http", "https", "all"):
             value = _env_value(env, f"{scheme}_proxy")
             proxies[scheme] = _with_scheme(value) if value else None
-        raw_no_proxy = _env_value(env, "no_proxy") or ""
+        # requests: ``no_proxy`` if set and non-empty, else ``NO_PROXY``.
+        raw_no_proxy = env.get("no_proxy") or env.get("NO_PROXY") or ""
         rules = tuple(r for r in map(NoProxyRule.parse, raw_no_proxy.split(",")) if r is not None)
         return cls(no_proxy=rules, **proxies)
 
