@@ -35,7 +35,7 @@ def fill(msg, array: np.ndarray, dtype=None):
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)
     name = wire_dtype_name(arr.dtype)
-    le = np.ascontiguousarray(arr, dtype=WIRE_DTYPES[name])
+    le = np.asarray(arr, dtype=WIRE_DTYPES[name], order="C")
     msg.data = le.tobytes()
     del msg.shape[:]
     msg.shape.extend(int(d) for d in arr.shape)

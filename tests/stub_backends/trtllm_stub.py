@@ -1,0 +1,57 @@
+"""TensorRT-LLM stub: decodes Generate as TensorRT-LLM's gRPC servicer does.
+
+Each ``multimodal_input.image_data`` entry is opened with PIL (RGBA converted to RGB);
+one that PIL cannot open is an error. The token ids are taken as they come (TensorRT-LLM
+runs its own processor, which expands the placeholders).
+"""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image, UnidentifiedImageError
+
+try:
+    from . import _common as c
+except ImportError:  # run as a script
+    import _common as c
+
+from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as pb
+from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2_grpc as pb_grpc
+
+
+def load_image(data: bytes) -> tuple[Image.Image, str]:
+    """(the image TensorRT-LLM's processor gets, its encoded format)."""
+    try:
+        im = Image.open(io.BytesIO(data))
+        im.load()
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise c.Rejected(f"cannot open image: {e}") from None
+    fmt = im.format
+    return (im.convert("RGB") if im.mode == "RGBA" else im), fmt
+
+
+def decode(req: pb.GenerateRequest) -> dict:
+    if not req.HasField("tokenized"):
+        raise c.Rejected("tokenized input is required")
+    ids = list(req.tokenized.input_token_ids)
+    report = {"backend": "trtllm", "request_id": req.request_id, "input_ids": c.ids_digest(ids), "images": []}
+    if req.HasField("multimodal_input"):
+        for data in req.multimodal_input.image_data:
+            im, fmt = load_image(data)
+            report["images"].append({"sha256": c.sha256(data), "size": list(im.size), "mode": im.mode, "format": fmt})
+    return report
+
+
+class Servicer(pb_grpc.TrtllmServiceServicer):
+    def Generate(self, request, context):
+        report = c.run_decode(decode, request, context)
+        c.finish(context, report)
+        yield pb.GenerateResponse(
+            request_id=request.request_id,
+            complete=pb.GenerateComplete(finish_reason="stop", prompt_tokens=report["input_ids"]["count"]),
+        )
+
+
+if __name__ == "__main__":
+    c.serve("trtllm", pb_grpc.add_TrtllmServiceServicer_to_server, Servicer())
