@@ -66,8 +66,9 @@ def refusal_reason(ip: IPAddress) -> str | None:
             inner = refusal_reason(v4)
             if inner is not None:
                 return f"{inner} ({kind})"
-            if kind == "NAT64":
-                return None  # a public IPv4 address reached through a NAT64 gateway
+            if kind != "6to4":
+                return None  # a public IPv4 address, reached as itself or through NAT64
+            # 6to4 of a public address: the IPv6 checks below decide.
         if ip in _NAT64_LOCAL:
             return "private (local-use NAT64)"
     if ip.is_unspecified:
@@ -80,10 +81,10 @@ def refusal_reason(ip: IPAddress) -> str | None:
         return "shared (CGNAT)"
     if ip.is_multicast:
         return "multicast"
-    if ip.is_private:
-        return "private"
     if ip.is_reserved:
         return "reserved"
+    if ip.is_private:
+        return "private"
     if not ip.is_global:
         return "non-global"
     return None
