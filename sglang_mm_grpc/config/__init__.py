@@ -1,13 +1,14 @@
 """Model sources: built-in presets (shipped JSON, no downloads) and HF model directories.
 
-A preset holds the subset of a checkpoint's ``preprocessor_config.json`` and
-``config.json`` that preprocessing reads, so both kinds of source go through one path.
+A preset holds the subset of a checkpoint's ``preprocessor_config.json``,
+``config.json`` and (optional) ``processor_config.json`` that preprocessing reads, so
+both kinds of source go through one path.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -22,10 +23,12 @@ class ModelSource:
     source: str  # preset id or directory
     preprocessor_config: dict
     config: dict
+    # processor_config.json: processor-level knobs (e.g. Pixtral's patch_size, spatial_merge_size)
+    processor_config: dict = field(default_factory=dict)
 
     def build(self) -> Family:
         try:
-            return build_family(self.preprocessor_config, self.config)
+            return build_family(self.preprocessor_config, self.config, self.processor_config)
         except ConfigError as e:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model {self.source}: {e}") from None
 
@@ -61,14 +64,21 @@ def resolve(spec: str, name: str | None = None) -> ModelSource:
     presets = _presets()
     if spec in presets:
         p = presets[spec]
-        return ModelSource(name or spec, spec, p["preprocessor_config"], p["config"])
+        return ModelSource(name or spec, spec, p["preprocessor_config"], p["config"], p.get("processor_config", {}))
     path = Path(spec)
     if path.is_dir():
         pre = path / "preprocessor_config.json"
         if not pre.is_file():
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model directory {spec} has no preprocessor_config.json")
         cfg = path / "config.json"
-        return ModelSource(name or spec, str(path), _read_json(pre), _read_json(cfg) if cfg.is_file() else {})
+        proc = path / "processor_config.json"
+        return ModelSource(
+            name or spec,
+            str(path),
+            _read_json(pre),
+            _read_json(cfg) if cfg.is_file() else {},
+            _read_json(proc) if proc.is_file() else {},
+        )
     raise PreprocessError(
         Code.NOT_FOUND,
         f"unknown model {spec!r}: not a built-in preset ({', '.join(presets)}) and not a model directory",

@@ -9,16 +9,17 @@ from . import qwen_vl
 from .base import Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
-# (family name, matches(preprocessor, config), build(preprocessor, config) -> Family), first match wins.
+# (family name, matches(preprocessor, config), build(preprocessor, config, processor) -> Family),
+# first match wins. ``processor`` is processor_config.json ({} when absent).
 FAMILIES = [
-    ("qwen_vl", qwen_vl.matches, lambda pp, cfg: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
+    ("qwen_vl", qwen_vl.matches, lambda pp, cfg, proc: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
 ]
 
 
-def build_family(preprocessor: dict, config: dict) -> Family:
+def build_family(preprocessor: dict, config: dict, processor: dict | None = None) -> Family:
     for _name, matches, build in FAMILIES:
         if matches(preprocessor, config):
-            return build(preprocessor, config)
+            return build(preprocessor, config, processor or {})
     raise ConfigError(
         f"no supported family for model_type={config.get('model_type')!r}, "
         f"image_processor_type={preprocessor.get('image_processor_type')!r}"
