@@ -1,0 +1,107 @@
+"""Failures over the wire: the right status code, a message that helps, and the server
+stays SERVING afterwards."""
+
+from __future__ import annotations
+
+import base64
+
+import blake3
+import grpc
+import pytest
+
+import imagegen
+from conftest import MAX_RECEIVE, QWEN2
+from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+GOOD = imagegen.png(40, 60, seed=5)
+
+
+@pytest.fixture(autouse=True)
+def still_serving(client):
+    yield
+    assert client.health() == "SERVING"
+
+
+def rpc_error(fn, *args, **kwargs) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as e:
+        fn(*args, **kwargs)
+    return e.value
+
+
+def test_unknown_model(client):
+    e = rpc_error(client.preprocess, "no/such-model", [GOOD])
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+    assert "no/such-model" in e.details() and QWEN2 in e.details()
+
+
+def test_bad_image(client):
+    e = rpc_error(client.preprocess, QWEN2, [GOOD, b"this is not an image"])
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.details().startswith("image 1:")
+
+
+def test_placeholder_mismatch(client):
+    e = rpc_error(client.preprocess, QWEN2, [GOOD, GOOD], input_ids=[1, 151655, 2])
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "placeholder" in e.details() and "2 image" in e.details()
+
+
+def test_unknown_handle(client):
+    e = rpc_error(client.assemble, "0123456789abcdef", "sglang")
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+    assert "call Preprocess again" in e.details()
+
+
+def test_released_handle_says_so(client):
+    handle = client.preprocess(QWEN2, [GOOD]).handle
+    assert client.release(handle)
+    e = rpc_error(client.assemble, handle, "vllm")
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+    assert "released" in e.details() and "call Preprocess again" in e.details()
+
+
+def test_oversized_request(client):
+    big = b"\0" * (MAX_RECEIVE + (1 << 20))
+    e = rpc_error(client.preprocess, QWEN2, [big])
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(MAX_RECEIVE) in e.details()  # "... larger than max (N vs. 4194304)"
+
+
+def test_no_images(client):
+    e = rpc_error(client.preprocess, QWEN2, [])
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "no images" in e.details()
+
+
+def test_empty_media_item(client):
+    req = pb.PreprocessRequest(model=QWEN2, images=[pb.MediaItem(data=GOOD), pb.MediaItem()])
+    e = rpc_error(client.stub.Preprocess, req, timeout=30)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details().startswith("image 1:")
+
+
+def test_not_base64(client):
+    e = rpc_error(client.preprocess, QWEN2, ["not base64 at all!"])
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details().startswith("image 0:")
+
+
+def test_assemble_needs_a_backend(client):
+    handle = client.preprocess(QWEN2, [GOOD]).handle
+    e = rpc_error(client.assemble, handle, None)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "backend" in e.details()
+    e = rpc_error(client.assemble, handle, 42)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "backend" in e.details()
+    client.release(handle)
+
+
+def test_deadline(client):
+    raws = [imagegen.jpeg(1500, 2000, seed=s) for s in range(3)]
+    e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.005)
+    assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_data_url_and_base64_are_the_bytes(client):
+    """The inline sources resolve to the same encoded bytes (same blake3)."""
+    b64 = base64.b64encode(GOOD).decode()
+    resp = client.preprocess(QWEN2, [GOOD, f"data:image/png;base64,{b64}", b64], backend="trtllm")
+    want = blake3.blake3(GOOD).hexdigest()
+    assert [im.hash for im in resp.images] == [want] * 3
+    assert list(resp.payload.trtllm.image_data) == [GOOD] * 3
