@@ -9,46 +9,55 @@ HF patchify reshape/transpose).
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
 from . import resample_pil
 
 
-@numba.njit(nogil=True, cache=True)
-def lut_patchify(img, lut, out, patch, merge, temporal):
+@functools.lru_cache(maxsize=None)
+def _specialized(patch: int, merge: int, temporal: int):
+    """A kernel with the geometry baked in as constants: LLVM then unrolls the short
+    patch loops, which is ~3x faster than passing them as arguments."""
+    pp = patch * patch
+    mm = merge * merge
+
+    @numba.njit(nogil=True, cache=True)
+    def kernel(img, lut, out):
+        bw = img.shape[1] // patch // merge
+        for r in range(out.shape[0]):
+            block = r // mm
+            sub = r - block * mm
+            bi = block // bw
+            bj = block - bi * bw
+            mh = sub // merge
+            mw = sub - mh * merge
+            y0 = (bi * merge + mh) * patch
+            x0 = (bj * merge + mw) * patch
+            orow = out[r]
+            for c in range(3):
+                table = lut[c]
+                base = c * temporal * pp
+                for py in range(patch):
+                    line = img[y0 + py]
+                    o = base + py * patch
+                    for px in range(patch):
+                        v = table[line[x0 + px, c]]
+                        for t in range(temporal):
+                            orow[o + t * pp + px] = v
+
+    return kernel
+
+
+def lut_patchify(img: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, merge: int, temporal: int) -> None:
     """uint8 [H, W, 3] -> ``out`` float32 [gh*gw, 3*temporal*patch*patch].
 
     Rows are merge-block-major: block (bi, bj), then sub-patch (mh, mw). Columns are
     (c, t, py, px); the temporal copies repeat the frame.
     """
-    gw = img.shape[1] // patch
-    bw = gw // merge
-    pp = patch * patch
-    rows = out.shape[0]
-    mm = merge * merge
-    for r in range(rows):
-        block = r // mm
-        sub = r - block * mm
-        bi = block // bw
-        bj = block - bi * bw
-        mh = sub // merge
-        mw = sub - mh * merge
-        y0 = (bi * merge + mh) * patch
-        x0 = (bj * merge + mw) * patch
-        orow = out[r]
-        for c in range(3):
-            table = lut[c]
-            base = c * temporal * pp
-            for py in range(patch):
-                line = img[y0 + py]
-                o = base + py * patch
-                for px in range(patch):
-                    orow[o + px] = table[line[x0 + px, c]]
-            for t in range(1, temporal):
-                dst = base + t * pp
-                for k in range(pp):
-                    orow[dst + k] = orow[base + k]
+    _specialized(int(patch), int(merge), int(temporal))(img, lut, out)
 
 
 def resize_normalize_patchify(
