@@ -22,7 +22,7 @@ import httpcore
 from ..errors import Code, PreprocessError
 from .budget import ByteBudget
 from .failures import FetchFailure, exhausted, timed_out
-from .http import HttpFetcher, check_target, parse_http_url
+from .remote import HttpFetcher, check_target, parse_http_url
 from .local import read_local_file
 from .policy import FetchPolicy
 from .proxy import ProxyConfig

@@ -7,13 +7,13 @@ checked address itself. TLS still verifies the certificate against the URL's hos
 URL's, so nothing about the request changes except where the socket goes.
 
 Proxied requests use a plain connection to the proxy (the operator chose it); their
-target is checked by the caller before sending (see ``http.py``).
+target is checked by the caller before sending (see ``remote.py``).
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import Iterable, Optional
+from typing import Optional
 
 import httpcore
 import httpx
@@ -192,6 +192,3 @@ class Clients:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
-
-    def all(self) -> Iterable[httpx.AsyncClient]:
-        return self._clients.values()

@@ -213,9 +213,9 @@ class OriginHandler(BaseHTTPRequestHandler):
 
 
 class ProxyHandler(BaseHTTPRequestHandler):
-    """A forward proxy for absolute-form GET. Requests for 127.0.0.1/localhost are
-    forwarded to that local port; any other host is answered by the proxy itself with
-    ``proxied:<url>`` (it never opens a connection anywhere else)."""
+    """A forward proxy. Absolute-form GET for 127.0.0.1/localhost is forwarded to that
+    local port; any other host is answered by the proxy itself with ``proxied:<url>``.
+    CONNECT always tunnels to 127.0.0.1. It never opens a connection anywhere else."""
 
     protocol_version = "HTTP/1.1"
 
@@ -245,6 +245,30 @@ class ProxyHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+
+    def do_CONNECT(self) -> None:
+        """Tunnel to 127.0.0.1 at the requested port, whatever the requested name."""
+        self.server.log.add(f"CONNECT {self.path}", self.headers)
+        port = int(self.path.rsplit(":", 1)[1])
+        upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        self.wfile.flush()
+        client = self.connection
+        try:
+            while not self.server.stop.is_set():
+                readable, _, _ = select.select([client, upstream], [], [], 0.05)
+                for src in readable:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    (upstream if src is client else client).sendall(data)
+        except OSError:
+            pass
+        finally:
+            upstream.close()
+            self.close_connection = True
 
 
 @contextmanager

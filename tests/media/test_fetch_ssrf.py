@@ -99,6 +99,14 @@ def test_name_resolving_to_loopback_is_refused(origin):
     assert origin.log.paths() == []
 
 
+@pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f.0.0.1"])
+def test_other_spellings_of_loopback_are_refused(origin, host):
+    """Not IP literals to the URL parser, so they reach the resolver, whose answer is checked."""
+    err = fetch_error([f"http://{host}:{origin.port}/bytes/10"], FetchPolicy())
+    assert err.code is Code.PERMISSION_DENIED and "127.0.0.1, a loopback address" in err.message
+    assert origin.log.paths() == []
+
+
 def test_name_with_any_private_answer_is_refused(origin):
     recorder = DialRecorder(origin.port)
     resolver = static_resolver({"mixed.example": [PUBLIC, "10.0.0.7"]})
