@@ -5,13 +5,15 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 
 from __future__ import annotations
 
-from . import qwen_vl
+from . import pixtral, qwen_vl
 from .base import Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
 # (family name, matches(preprocessor, config), build(preprocessor, config, processor) -> Family),
 # first match wins. ``processor`` is processor_config.json ({} when absent).
 FAMILIES = [
+    # Before any LLaVA entry: Pixtral-12B is model_type "llava" with a pixtral tower.
+    ("pixtral", pixtral.matches, lambda pp, cfg, proc: pixtral.Pixtral(pixtral.config_from_hf(pp, cfg, proc))),
     ("qwen_vl", qwen_vl.matches, lambda pp, cfg, proc: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
 ]
 

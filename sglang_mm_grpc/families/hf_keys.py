@@ -73,3 +73,24 @@ def pixel_bounds(cfg: dict, default_min: int, default_max: int) -> tuple[int, in
     if lo > hi:
         raise ConfigError(f"min_pixels {lo} is larger than max_pixels {hi}")
     return lo, hi
+
+
+def longest_edge_box(cfg: dict, default: int) -> tuple[int, int]:
+    """(max_height, max_width) of a longest-edge fit, the way PixtralImageProcessor reads ``size``.
+
+    ``size.longest_edge`` L gives (L, L); otherwise ``size.height``/``width``; an int is square.
+    """
+    size = cfg.get("size")
+    if size is None:
+        return default, default
+    if isinstance(size, (int, float)) and not isinstance(size, bool):
+        n = as_int(size, "size")
+        return n, n
+    if not isinstance(size, dict):
+        raise ConfigError(f"size must be an object or an integer, got {size!r}")
+    if size.get("longest_edge"):
+        n = as_int(size["longest_edge"], "size.longest_edge")
+        return n, n
+    if size.get("height") and size.get("width"):
+        return as_int(size["height"], "size.height"), as_int(size["width"], "size.width")
+    raise ConfigError(f"size must hold longest_edge, or height and width; got {size!r}")
