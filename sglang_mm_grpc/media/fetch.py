@@ -34,7 +34,9 @@ __all__ = ["FetchPolicy", "MediaFetcher"]
 
 
 class MediaFetcher:
-    """Fetches image sources for requests; one instance per server, shared by all requests.
+    """Fetches image sources for requests; one instance per server, shared by all requests
+    on one event loop (its connection pool and concurrency cap belong to that loop).
+    Close it with ``aclose()`` at shutdown.
 
     ``resolver``, ``ssl_context`` and ``network_backend`` replace the system resolver,
     the default CA bundle and the socket layer under the address pinning (tests use them
@@ -67,8 +69,10 @@ class MediaFetcher:
 
     @property
     def stats(self) -> dict:
-        """Counters since start: fetches started/failed (http and files), bytes fetched,
-        fetches in flight now, and refusals by reason (a FetchPolicy limit or a check)."""
+        """Counters since start: fetches started/failed and bytes fetched (http and files),
+        fetches in flight now, and refusals by reason (a FetchPolicy limit such as
+        ``max_remote_bytes``, or a check: ``private_address``, ``domain_not_allowed``,
+        ``local_path``, ``not_regular_file``, ``scheme``)."""
         return {
             "fetches_started": self._started,
             "fetches_failed": self._failed,
@@ -150,7 +154,9 @@ class MediaFetcher:
         try:
             async with _timeout(timeout):
                 if source.kind == "file":
-                    return await read_local_file(source.value, self.policy.allowed_local_media_path, budget)  # type: ignore[arg-type]
+                    data = await read_local_file(source.value, self.policy.allowed_local_media_path, budget)  # type: ignore[arg-type]
+                    self._bytes += len(data)
+                    return data
                 # httpx gets a looser per-operation backstop; the scope above is the real bound.
                 return await self._http.fetch(source.value, budget, timeout + 1.0)  # type: ignore[arg-type]
         except asyncio.TimeoutError:

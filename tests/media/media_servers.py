@@ -88,6 +88,7 @@ class OriginHandler(BaseHTTPRequestHandler):
     /loop               redirects to itself
     /chain/N            N redirects, then 10 bytes
     /status/C           that status with a short body
+    /empty              200 with an empty body
     /echo-host          the Host header as the body
     """
 
@@ -204,6 +205,8 @@ class OriginHandler(BaseHTTPRequestHandler):
                     self._send(301, b"", {"Location": f"/chain/{n - 1}"})
             elif path.startswith("/status/"):
                 self._send(int(path.split("/")[2]), b"nope")
+            elif path == "/empty":
+                self._send(200, b"")
             elif path == "/echo-host":
                 self._send(200, self.headers.get("Host", "").encode())
             else:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from fetch_helpers import fetch, fetch_error, make_fetcher
+from fetch_helpers import DialRecorder, fetch, fetch_error, make_fetcher
 from media_servers import closed_port, payload
 from sglang_mm_grpc.errors import Code, PreprocessError
 from sglang_mm_grpc.media import FetchPolicy
@@ -27,6 +27,29 @@ def test_fetch_bytes(origin):
     headers = dict(origin.log.requests)["/bytes/5000"]
     assert headers["host"] == f"localhost:{origin.port}"
     assert headers["accept-encoding"] == "identity"
+
+
+def test_no_sources_is_no_work():
+    assert fetch([]) == []
+
+
+def test_empty_body_is_unavailable(origin):
+    err = fetch_error([origin.url("/empty")])
+    assert err.code is Code.UNAVAILABLE and "empty body" in err.message
+
+
+def test_connections_are_pooled_across_requests(origin):
+    dialled = []
+
+    async def go():
+        recorder = DialRecorder(origin.port)
+        async with make_fetcher(policy(), network_backend=recorder) as fetcher:
+            for _ in range(3):
+                await fetcher.fetch_all([origin.url("/bytes/10", host="127.0.0.1")])
+        dialled.extend(recorder.dialled)
+
+    asyncio.run(go())
+    assert len(dialled) == 1
 
 
 # --- timeouts and deadlines -----------------------------------------------------------------
