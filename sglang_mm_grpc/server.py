@@ -81,7 +81,10 @@ class Server:
         )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, NOT_SERVING)
-        port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        try:
+            port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+        except RuntimeError as e:  # grpc raises this when the bind fails
+            raise OSError(f"cannot listen on {cfg.host}:{cfg.port}: {e}") from None
         if port == 0:
             raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
         await server.start()

@@ -1,0 +1,62 @@
+"""``sglang-mm-grpc preprocess --target``: files read locally, URLs passed on, npz out,
+failures as a status name and a non-zero exit."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+
+import numpy as np
+
+import imagegen
+from conftest import QWEN2, REPO
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_mm_grpc.cli", *args], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+
+
+def test_remote_preprocess_to_npz(server, pps, tmp_path):
+    a, b = imagegen.jpeg(90, 130, seed=41), imagegen.png(64, 48, seed=42)
+    path = tmp_path / "a.jpg"
+    path.write_bytes(a)
+    url = "data:image/png;base64," + base64.b64encode(b).decode()
+    out_file = tmp_path / "out.npz"
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "vllm", "--out", str(out_file), str(path), url)
+    assert r.returncode == 0, r.stderr
+    assert "vllm payload" in r.stdout and str(out_file) in r.stdout
+
+    want = pps[QWEN2].preprocess([a, b])
+    with np.load(out_file) as z:
+        assert sorted(z.files) == sorted(["input_ids", "pixel_values", *want.tensors])
+        assert np.array_equal(z["input_ids"], want.input_ids)
+        assert z["pixel_values"].dtype == np.float32 and z["pixel_values"].tobytes() == want.pixel_values.tobytes()
+        for k, v in want.tensors.items():
+            assert np.array_equal(z[k], v)
+
+
+def test_remote_preprocess_trtllm_keeps_original_ids(server, tmp_path):
+    path = tmp_path / "a.png"
+    path.write_bytes(imagegen.png(30, 30, seed=43))
+    out_file = tmp_path / "t.npz"
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "trtllm",
+            "--input-ids", "7,151655,8", "--out", str(out_file), str(path))
+    assert r.returncode == 0, r.stderr
+    with np.load(out_file) as z:
+        assert z.files == ["input_ids"] and z["input_ids"].tolist() == [7, 151655, 8]
+
+
+def test_remote_failure_prints_status(server, tmp_path):
+    path = tmp_path / "a.png"
+    path.write_bytes(imagegen.png(30, 30, seed=44))
+    r = cli("preprocess", "--target", server, "--model", "no/such-model", "--backend", "sglang", str(path))
+    assert r.returncode != 0
+    assert "NOT_FOUND" in r.stderr and "no/such-model" in r.stderr
+
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "sglang", str(bad))
+    assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr
