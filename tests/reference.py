@@ -25,6 +25,53 @@ def qwen_reference(preprocessor_config: dict):
     return Qwen2VLImageProcessorPil(**cfg)
 
 
+def pixtral_reference(preprocessor_config: dict, processor_config: dict, token_ids: dict[str, int]):
+    """The real ``PixtralProcessor`` over ``PixtralImageProcessorPil``, built as
+    ``from_pretrained`` builds it (processor_config.json values are its init kwargs).
+
+    transformers hides PixtralProcessor without torch only because its module imports
+    ``get_resize_output_image_size`` from the torchvision image processor; the PIL module
+    holds the same function, so the class's own source is loaded with that one import
+    served from there. The tokenizer is a word-level one whose special tokens carry
+    ``token_ids`` (the Tekken tokenizer itself cannot be downloaded here).
+    """
+    import importlib.util
+    import sys
+    import types
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.pixtral import image_processing_pil_pixtral as pil
+
+    name = "transformers.models.pixtral._processing_pixtral_reference"
+    if name not in sys.modules:
+        helper = types.ModuleType("transformers.models.pixtral.image_processing_pixtral")
+        helper.get_resize_output_image_size = pil.get_resize_output_image_size
+        sys.modules.setdefault(helper.__name__, helper)
+        spec = importlib.util.spec_from_file_location(name, pil.__file__.replace("image_processing_pil_", "processing_"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    processor_class = sys.modules[name].PixtralProcessor
+
+    vocab = {f"<filler_{i}>": i for i in range(max(token_ids.values()) + 1)}
+    vocab = {v: k for k, v in vocab.items()}
+    vocab.update({i: t for t, i in token_ids.items()})
+    vocab[0] = "<unk>"
+    words = ["hello", "world", "describe", "these"]
+    vocab.update({len(vocab) + i: w for i, w in enumerate(words)})
+    wordlevel = Tokenizer(models.WordLevel({t: i for i, t in vocab.items()}, unk_token="<unk>"))
+    wordlevel.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=wordlevel, unk_token="<unk>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(token_ids)})
+    assert tokenizer.convert_tokens_to_ids(list(token_ids)) == list(token_ids.values())
+
+    skip = ("image_processor_type", "processor_class")
+    image_processor = pil.PixtralImageProcessorPil(**{k: v for k, v in preprocessor_config.items() if k not in skip})
+    kwargs = {k: v for k, v in processor_config.items() if k not in skip}
+    return processor_class(image_processor=image_processor, tokenizer=tokenizer, **kwargs)
+
+
 def run_reference(processor, raws: list[bytes]) -> dict[str, np.ndarray]:
     out = processor([reference_input(r) for r in raws], return_tensors="np")
     return {k: np.asarray(v) for k, v in out.items()}
