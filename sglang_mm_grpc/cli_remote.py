@@ -51,15 +51,36 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--store-items", type=int, default=d.store_items, help=f"handles kept at most (default {d.store_items})")
     p.add_argument("--handle-ttl", type=float, default=d.handle_ttl_s, help="seconds a handle lives after its last use")
     p.add_argument("--grace", type=float, default=d.grace_s, help="seconds in-flight requests get on SIGTERM")
+    f = p.add_argument_group("fetching image URLs")
+    f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
+    f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help="fetch http(s) only from these hosts (repeatable; default: any public host)")
+    f.add_argument("--allow-private-hosts", action="store_true", help="allow loopback/private addresses (trusted networks only)")
+    f.add_argument("--fetch-timeout", type=float, metavar="S", help="seconds per fetch (default: $REQUEST_TIMEOUT or 3)")
+    f.add_argument("--max-remote-bytes", type=byte_size, metavar="SIZE", help="largest fetched image (default 64MiB)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_serve)
     return p
 
 
 def run_serve(args) -> int:
+    from .media import FetchPolicy
     from .server import ServerConfig, run
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        "allowed_local_media_path": args.allowed_local_media_path,
+        "allowed_media_domains": args.allowed_media_domains,
+        "fetch_timeout_s": args.fetch_timeout,
+        "max_remote_bytes": args.max_remote_bytes,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if args.allow_private_hosts:
+        overrides["allow_private_hosts"] = True
+    try:
+        policy = FetchPolicy.from_env(**overrides)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     receive = args.max_message_bytes or args.max_receive_bytes
     send = args.max_message_bytes or args.max_send_bytes
     config = ServerConfig(
@@ -73,6 +94,7 @@ def run_serve(args) -> int:
         store_items=args.store_items,
         handle_ttl_s=args.handle_ttl,
         grace_s=args.grace,
+        fetch_policy=policy,
     )
     return run(config)
 

@@ -21,7 +21,8 @@ from grpc_reflection.v1alpha import reflection
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from .config import preset_names
 from .driver import Preprocessor, default_threads
-from .servicer import SERVICE_NAME, Fetch, PreprocessorServicer, inline_fetch
+from .media import FetchPolicy, MediaFetcher
+from .servicer import SERVICE_NAME, PreprocessorServicer
 from .store import HandleStore
 
 log = logging.getLogger(__name__)
@@ -47,17 +48,20 @@ class ServerConfig:
     store_items: int = 4096
     handle_ttl_s: float = 120.0
     grace_s: float = 30.0
+    # What image sources may be fetched (domains, local root, limits, timeouts).
+    fetch_policy: FetchPolicy | None = None  # None: FetchPolicy.from_env()
 
 
 class Server:
     """One server instance. ``start`` binds and begins loading; ``stop`` drains."""
 
-    def __init__(self, config: ServerConfig, fetch: Fetch = inline_fetch):
+    def __init__(self, config: ServerConfig):
         self.config = config
         self.workers = config.workers or default_threads()
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
         self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s)
-        self.servicer = PreprocessorServicer(self.store, self.executor, fetch)
+        self.fetcher: MediaFetcher | None = None
+        self.servicer: PreprocessorServicer | None = None
         self.health = HealthServicer()
         self.port: int | None = None
         self.preprocessors: dict[str, Preprocessor] = {}
@@ -67,6 +71,9 @@ class Server:
     async def start(self) -> int:
         """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port."""
         cfg = self.config
+        # The fetcher's connection pool and concurrency cap belong to this event loop.
+        self.fetcher = MediaFetcher(cfg.fetch_policy)
+        self.servicer = PreprocessorServicer(self.store, self.executor, self.fetcher.fetch_all)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", cfg.max_receive_bytes),
@@ -121,6 +128,8 @@ class Server:
         if self._server is not None:
             await self._server.stop(self.config.grace_s if grace is None else grace)
         self.executor.shutdown(wait=True, cancel_futures=True)
+        if self.fetcher is not None:
+            await self.fetcher.aclose()
         for pp in self.preprocessors.values():
             pp.close()
 
@@ -131,9 +140,9 @@ class Server:
             self.store.sweep()
 
 
-async def serve(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
+async def serve(config: ServerConfig) -> int:
     """Run until SIGTERM or SIGINT; returns the process exit code."""
-    server = Server(config, fetch)
+    server = Server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -142,6 +151,7 @@ async def serve(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
         await server.start()
     except Exception as e:
         log.error("%s", e)
+        await server.stop(0)
         return 1
     loading = loop.create_task(server.load())
     stopping = loop.create_task(stop.wait())
@@ -164,5 +174,5 @@ async def serve(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
     return code
 
 
-def run(config: ServerConfig, fetch: Fetch = inline_fetch) -> int:
-    return asyncio.run(serve(config, fetch))
+def run(config: ServerConfig) -> int:
+    return asyncio.run(serve(config))

@@ -9,8 +9,6 @@ Media fetching goes through the single ``fetch`` coroutine given to the servicer
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 from concurrent.futures import Executor
@@ -32,7 +30,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MultimodalPreprocessor"].full_name
 
-# sources (str URL / data URL / base64, or bytes) + absolute time.monotonic() deadline -> bytes
+# sources (URL / data URL / path / base64 strings, or bytes) + absolute time.monotonic()
+# deadline -> encoded bytes in order, or PreprocessError. The server passes
+# media.MediaFetcher.fetch_all.
 Fetch = Callable[[Sequence["str | bytes"], "float | None"], Awaitable[list[bytes]]]
 
 
@@ -43,36 +43,6 @@ class Kept:
     model: str
     output: PreprocessOutput
     field_layout: object  # families.FieldLayout (batched, flat)
-
-
-async def inline_fetch(sources: Sequence[str | bytes], deadline: float | None) -> list[bytes]:
-    """Sources that need no network: raw bytes, ``data:`` URLs (;base64) and bare base64."""
-    out = []
-    for i, src in enumerate(sources):
-        if isinstance(src, (bytes, bytearray, memoryview)):
-            out.append(bytes(src))
-        elif src.startswith("data:"):
-            head, sep, payload = src.partition(",")
-            if not sep or not head.endswith(";base64"):
-                raise PreprocessError(Code.INVALID_ARGUMENT, "data: URL must be data:<type>;base64,<data>", item=i)
-            out.append(_b64(payload, i))
-        elif "://" in src[:16]:
-            scheme = src.split("://", 1)[0]
-            raise PreprocessError(
-                Code.INVALID_ARGUMENT, f"{scheme}:// sources are not fetched by this server; send the bytes", item=i
-            )
-        else:
-            out.append(_b64(src, i))
-    return out
-
-
-def _b64(text: str, item: int) -> bytes:
-    try:
-        return base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise PreprocessError(
-            Code.INVALID_ARGUMENT, "not a URL, a data: URL or base64 (send encoded bytes in MediaItem.data)", item=item
-        ) from None
 
 
 class _Deadline:
@@ -92,7 +62,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         self,
         store: HandleStore[Kept],
         executor: Executor,
-        fetch: Fetch = inline_fetch,
+        fetch: Fetch,
         models: Mapping[str, Preprocessor] | None = None,
     ):
         self.store = store

@@ -6,12 +6,15 @@ process is killed at teardown (SIGTERM, then SIGKILL).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import grpc
@@ -99,11 +102,39 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, model_dir):
-    """target of a server with QWEN2, QWEN3 and NAMED, requests limited to MAX_RECEIVE."""
+def media_dir(tmp_path_factory) -> Path:
+    """The server's allowed local media root (tests put files here; also served over http)."""
+    return tmp_path_factory.mktemp("media")
+
+
+@pytest.fixture(scope="session")
+def http_media(media_dir):
+    """Base URL of a plain HTTP server on 127.0.0.1 serving ``media_dir``."""
+    handler = functools.partial(_QuietHandler, directory=str(media_dir))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory, model_dir, media_dir):
+    """target of a server with QWEN2, QWEN3 and NAMED, requests limited to MAX_RECEIVE,
+    fetching from loopback and from ``media_dir``."""
     tmp = tmp_path_factory.mktemp("server")
     proc, target = start_server(
-        tmp, "--max-receive-bytes", str(MAX_RECEIVE), models=[QWEN2, QWEN3, f"{NAMED}={model_dir}"]
+        tmp,
+        "--max-receive-bytes", str(MAX_RECEIVE),
+        "--allow-private-hosts",
+        "--allowed-local-media-path", str(media_dir),
+        models=[QWEN2, QWEN3, f"{NAMED}={model_dir}"],
     )
     yield target
     proc.stop()

@@ -7,6 +7,7 @@ import base64
 import subprocess
 import sys
 
+import blake3
 import numpy as np
 
 import imagegen
@@ -60,3 +61,13 @@ def test_remote_failure_prints_status(server, tmp_path):
     bad.write_bytes(b"not an image")
     r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "sglang", str(bad))
     assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr
+
+
+def test_urls_are_sent_for_the_server_to_fetch(server, media_dir, tmp_path):
+    """file:// names a file on the server's side (here: its allowed media root)."""
+    data = imagegen.png(20, 20, seed=45)
+    (media_dir / "cli.png").write_bytes(data)
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "trtllm",
+            "--out", str(tmp_path / "u.npz"), f"file://{media_dir}/cli.png")
+    assert r.returncode == 0, r.stderr
+    assert blake3.blake3(data).hexdigest()[:16] in r.stdout

@@ -1,0 +1,47 @@
+"""Image sources the server fetches itself: http(s) and local files under its allowed
+root, through the media fetcher and its policy."""
+
+from __future__ import annotations
+
+import blake3
+import grpc
+import pytest
+
+import imagegen
+from conftest import QWEN2
+
+
+@pytest.fixture(autouse=True)
+def still_serving(client):
+    yield
+    assert client.health() == "SERVING"
+
+
+def test_http_and_file_sources(client, media_dir, http_media, pps):
+    a, b = imagegen.jpeg(80, 120, seed=51), imagegen.png(33, 47, seed=52)
+    (media_dir / "a.jpg").write_bytes(a)
+    (media_dir / "b.png").write_bytes(b)
+    sources = [f"{http_media}/a.jpg", f"file://{media_dir}/b.png", str(media_dir / "a.jpg"), b]
+    resp = client.preprocess(QWEN2, sources, backend="sglang")
+    raws = [a, b, a, b]
+    assert [im.hash for im in resp.images] == [blake3.blake3(r).hexdigest() for r in raws]
+    assert list(resp.payload.sglang.image_data) == raws
+    want = pps[QWEN2].preprocess(raws)
+    assert list(resp.payload.input_ids) == want.input_ids.tolist()
+    assert resp.timings.fetch_ms > 0
+
+
+def test_file_outside_the_root_is_refused(client, tmp_path):
+    outside = tmp_path / "x.png"
+    outside.write_bytes(imagegen.png(10, 10))
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [imagegen.png(10, 10), f"file://{outside}"])
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert e.value.details().startswith("image 1")
+
+
+def test_http_not_found(client, http_media):
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [f"{http_media}/missing.png"])
+    assert e.value.code() != grpc.StatusCode.OK
+    assert e.value.details().startswith("image 0") and "404" in e.value.details()
