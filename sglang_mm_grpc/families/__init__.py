@@ -5,7 +5,7 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 
 from __future__ import annotations
 
-from . import pixtral, qwen_vl
+from . import llava, llava_next, pixtral, qwen_vl
 from .base import Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
@@ -15,6 +15,9 @@ FAMILIES = [
     # Before any LLaVA entry: Pixtral-12B is model_type "llava" with a pixtral tower.
     ("pixtral", pixtral.matches, lambda pp, cfg, proc: pixtral.Pixtral(pixtral.config_from_hf(pp, cfg, proc))),
     ("qwen_vl", qwen_vl.matches, lambda pp, cfg, proc: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
+    ("llava_next", llava_next.matches,
+     lambda pp, cfg, proc: llava_next.LlavaNext(llava_next.config_from_hf(pp, cfg, proc))),
+    ("llava", llava.matches, lambda pp, cfg, proc: llava.Llava(llava.config_from_hf(pp, cfg, proc))),
 ]
 
 

@@ -75,6 +75,39 @@ def pixel_bounds(cfg: dict, default_min: int, default_max: int) -> tuple[int, in
     return lo, hi
 
 
+def size_dict(value: Any, what: str, default_to_square: bool) -> dict[str, int]:
+    """HF's ``get_size_dict``: an int is ``{shortest_edge}`` (or a square when
+    ``default_to_square``), ``[h, w]`` is ``{height, width}``, a dict is kept."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        s = as_int(value, what)
+        return {"height": s, "width": s} if default_to_square else {"shortest_edge": s}
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return {"height": as_int(value[0], what), "width": as_int(value[1], what)}
+    if isinstance(value, dict):
+        out = {k: as_int(v, f"{what}.{k}") for k, v in value.items() if v is not None}
+        if out:
+            return out
+    raise ConfigError(f"{what} must be an int, [height, width] or a size object, got {value!r}")
+
+
+def pinpoints(value: Any) -> tuple[tuple[int, int], ...]:
+    """``image_grid_pinpoints``: a non-empty list of [height, width] pairs."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(f"image_grid_pinpoints must be a list of [height, width], got {value!r}")
+    out = []
+    for p in value:
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise ConfigError(f"image_grid_pinpoints entries must be [height, width], got {p!r}")
+        out.append((as_int(p[0], "image_grid_pinpoints"), as_int(p[1], "image_grid_pinpoints")))
+    return tuple(out)
+
+
+def token_id(config: dict, *names: str, default: int) -> int:
+    """A token id from config.json, at the top level or in ``text_config``."""
+    text = config.get("text_config") or {}
+    return as_int(get(config, *names, default=get(text, *names, default=default)), names[0])
+
+
 def longest_edge_box(cfg: dict, default: int) -> tuple[int, int]:
     """(max_height, max_width) of a longest-edge fit, the way PixtralImageProcessor reads ``size``.
 

@@ -1,0 +1,177 @@
+"""LLaVA-NeXT (v1.6, anyres) images (HF ``LlavaNextImageProcessorPil``).
+
+Per image: pick the grid pinpoint that keeps the most resolution
+(``select_best_resolution``), resize into it keeping the aspect (bicubic), center it
+on a black canvas of the pinpoint's size, cut that into tile x tile squares in raster
+order; the whole image resized to one tile (aspect not kept) goes first. The images of
+a batch are padded with all-zero tiles to the largest tile count:
+pixel_values [N, max_tiles, 3, tile, tile], image_sizes int64 [N, 2] = original (h, w).
+Each ``<image>`` placeholder becomes ``LlavaNextProcessor._get_number_of_features``
+``<image>`` tokens (unpadded grid features, one newline per row, the base tile, extra
+tokens; minus one for the "default" feature strategy).
+
+The canvas is never built: each tile is read from the resized image through the
+normalize table straight into its slot, black outside it (``kernels.window``). The
+batch is padded even when ``do_pad`` is false (HF would then return ragged lists).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..carriers import DecodedImage, ProcessedItem
+from ..errors import invalid
+from ..kernels import chw, normalize, resample_pil, window
+from ..layout import Expansion
+from . import hf_keys
+from .base import Family, FieldLayout, ItemPlan
+from .llava_common import ClipKnobs, TokenKnobs, clip_knobs, token_knobs
+
+MODEL_TYPES = ("llava_next",)
+DEFAULT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
+
+
+def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int] | None:
+    """transformers' ``select_best_resolution``: most effective pixels, then least waste;
+    None when every pinpoint scales a side to 0 pixels."""
+    best, max_effective, min_wasted = None, 0, float("inf")
+    for ph, pw in pinpoints:
+        scale = min(pw / width, ph / height)
+        down_w, down_h = int(width * scale), int(height * scale)
+        effective = min(down_w * down_h, width * height)
+        wasted = ph * pw - effective
+        if effective > max_effective or (effective == max_effective and wasted < min_wasted):
+            max_effective, min_wasted, best = effective, wasted, (ph, pw)
+    return best
+
+
+def patch_output_size(height: int, width: int, target: tuple[int, int]) -> tuple[int, int]:
+    """transformers' ``get_patch_output_size``: fit inside ``target`` keeping the aspect."""
+    th, tw = target
+    scale_w, scale_h = tw / width, th / height
+    if scale_w < scale_h:
+        return min(math.ceil(height * scale_w), th), tw
+    return th, min(math.ceil(width * scale_h), tw)
+
+
+def number_of_features(height: int, width: int, tile_h: int, tile_w: int, pinpoints, tokens: TokenKnobs) -> int:
+    """``LlavaNextProcessor._get_number_of_features`` (before the strategy's -1)."""
+    best_h, best_w = select_best_resolution(height, width, pinpoints)
+    scale_h, scale_w = best_h // tile_h, best_w // tile_w
+    patches_h, patches_w = tile_h // tokens.patch_size, tile_w // tokens.patch_size
+    cur_h, cur_w = patches_h * scale_h, patches_w * scale_w
+    if width / height > cur_w / cur_h:
+        new_h = int(round(height * (cur_w / width), 7))
+        cur_h -= ((cur_h - new_h) // 2) * 2
+    else:
+        new_w = int(round(width * (cur_h / height), 7))
+        cur_w -= ((cur_w - new_w) // 2) * 2
+    return cur_h * cur_w + cur_h + patches_h * patches_w + tokens.num_additional_image_tokens
+
+
+@dataclass(frozen=True)
+class LlavaNextConfig:
+    """The resolved knobs (preprocessor_config.json + config.json + processor_config.json)."""
+
+    image: ClipKnobs = ClipKnobs()
+    tokens: TokenKnobs = TokenKnobs()
+    image_grid_pinpoints: tuple[tuple[int, int], ...] = DEFAULT_PINPOINTS
+    image_token_id: int = 32000
+
+    @property
+    def tile(self) -> int:
+        """Tile side: ``crop_size.height``, as the HF class cuts them."""
+        return self.image.crop_size[0]
+
+
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> LlavaNextConfig:
+    image = clip_knobs(preprocessor, "LLaVA-NeXT")
+    tile = image.crop_size[0]
+    size = image.size_dict
+    base = (size["height"], size["width"]) if "height" in size else (size["shortest_edge"],) * 2
+    # The HF class runs resize and center crop on every tile and on the base image; they
+    # are exact no-ops only when all of them are tile x tile. Other settings are refused.
+    if image.crop_size != (tile, tile) or base != (tile, tile):
+        raise hf_keys.ConfigError(
+            f"LLaVA-NeXT needs size and crop_size equal and square, got size {size}, crop_size {image.crop_size}")
+    pins = hf_keys.pinpoints(hf_keys.get(preprocessor, "image_grid_pinpoints", default=DEFAULT_PINPOINTS))
+    if any(h % tile or w % tile for h, w in pins):
+        raise hf_keys.ConfigError(f"image_grid_pinpoints {pins} must be multiples of the tile size {tile}")
+    return LlavaNextConfig(
+        image=image,
+        tokens=token_knobs(config, processor or {}),
+        image_grid_pinpoints=pins,
+        image_token_id=hf_keys.token_id(config, "image_token_index", "image_token_id",
+                                        default=LlavaNextConfig.image_token_id),
+    )
+
+
+def matches(preprocessor: dict, config: dict) -> bool:
+    kind = str(preprocessor.get("image_processor_type") or "")
+    return kind.startswith("LlavaNextImageProcessor") or (config.get("model_type") in MODEL_TYPES and not kind)
+
+
+def _resize(img: np.ndarray, height: int, width: int, resample: int) -> np.ndarray:
+    """Pillow's resize; an image already of that size is used as is (Pillow copies it)."""
+    return img if img.shape[:2] == (height, width) else resample_pil.resize(img, height, width, resample)
+
+
+class LlavaNext(Family):
+    name = "llava_next"
+    reference_processor = "LlavaNextImageProcessorPil"
+    pads_batch = True
+
+    def __init__(self, config: LlavaNextConfig):
+        self.config = config
+        self.image_token_id = config.image_token_id
+        self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
+        c = config.image
+        self._lut = normalize.pil_backend_lut(
+            c.image_mean, c.image_std, c.rescale_factor, c.do_rescale, c.do_normalize)
+
+    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+        c = self.config
+        best = select_best_resolution(height, width, c.image_grid_pinpoints)
+        if best is None:
+            raise invalid(f"{height}x{width} image: too thin for every image_grid_pinpoints resolution", item=item)
+        resized = patch_output_size(height, width, best)
+        tile = c.tile
+        tiles = 1 + (best[0] // tile) * (best[1] // tile)
+        tokens = number_of_features(height, width, tile, tile, c.image_grid_pinpoints, c.tokens) - c.tokens.dropped
+        return ItemPlan(resized, (tiles, 3, tile, tile), (tokens, *best))
+
+    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
+        most = max(p.feature_shape[0] for p in plans)
+        shape = (len(plans), most, *plans[0].feature_shape[1:])
+        return shape, [(i, slice(0, p.feature_shape[0])) for i, p in enumerate(plans)]
+
+    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+        c = self.config
+        tile = c.tile
+        f = c.image.resample
+        _, best_h, best_w = plan.geometry
+        nh, nw = plan.resized_size
+        chw.normalize_chw(_resize(image.rgb, tile, tile, f), self._lut, out[0])
+        resized = _resize(image.rgb, nh, nw, f)
+        window.tiles_chw(resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile,
+                         self._lut, out[1:], fill=0)
+        sizes = np.array([[image.height, image.width]], dtype=np.int64)
+        return ProcessedItem(out, {"image_sizes": sizes}, plan.geometry, plan.resized_size)
+
+    def expansion(self, item: ProcessedItem) -> Expansion:
+        return Expansion.repeat(self.image_token_id, item.geometry[0])
+
+    def token_ids(self) -> dict[str, int]:
+        return {"image": self.image_token_id}
+
+    def warmup(self) -> None:
+        resample_pil.warmup()
+        window.warmup()
+        rng = np.random.default_rng(0)
+        for size in ((37, 53), (500, 40), (40, 500)):
+            img = DecodedImage(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB", "PNG")
+            plan = self.plan(*size, item=0)
+            self.process_item(img, plan, np.zeros(plan.feature_shape, np.float32))
