@@ -30,6 +30,7 @@ TESTS = REPO / "tests"
 # The served models: two presets (patch 14 and 16) and one model directory under a NAME.
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"
+PIXTRAL = "mistral-community/pixtral-12b"
 NAMED = "qwen25-local"
 NAMED_PRESET = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_RECEIVE = 4 << 20  # small on purpose: the oversized-request test exceeds it
@@ -126,7 +127,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory, model_dir, media_dir):
-    """target of a server with QWEN2, QWEN3 and NAMED, requests limited to MAX_RECEIVE,
+    """target of a server with QWEN2, QWEN3, PIXTRAL and NAMED, requests limited to MAX_RECEIVE,
     fetching from loopback and from ``media_dir``."""
     tmp = tmp_path_factory.mktemp("server")
     proc, target = start_server(
@@ -134,7 +135,7 @@ def server(tmp_path_factory, model_dir, media_dir):
         "--max-receive-bytes", str(MAX_RECEIVE),
         "--allow-private-hosts",
         "--allowed-local-media-path", str(media_dir),
-        models=[QWEN2, QWEN3, f"{NAMED}={model_dir}"],
+        models=[QWEN2, QWEN3, PIXTRAL, f"{NAMED}={model_dir}"],
     )
     yield target
     proc.stop()
@@ -165,6 +166,7 @@ def pps(model_dir) -> dict[str, Preprocessor]:
     out = {
         QWEN2: Preprocessor.from_model(QWEN2),
         QWEN3: Preprocessor.from_model(QWEN3),
+        PIXTRAL: Preprocessor.from_model(PIXTRAL),
         NAMED: Preprocessor.from_model(str(model_dir), name=NAMED),
     }
     return out

@@ -24,16 +24,17 @@ from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2_grpc as vl_gr
 
 REPORT_KEY = "x-stub-decoded"
 
-# Qwen chat-template tokens around each image placeholder.
-VISION_START, VISION_END = 151652, 151653
-
-
-def qwen_prompt(n_images: int, image_token_id: int) -> list[int]:
-    """Text tokens with ``<|vision_start|><|image_pad|><|vision_end|>`` per image."""
-    ids = [151644, 872, 198]
+def prompt(pp, n_images: int) -> list[int]:
+    """Text tokens with one image placeholder per image, wrapped the way the model's chat
+    template wraps it (Qwen: ``<|vision_start|><|image_pad|><|vision_end|>``)."""
+    tok = pp.info["token_ids"]
+    ids = [1, 872, 198]
     for i in range(n_images):
-        ids += [VISION_START, image_token_id, VISION_END, 1000 + i]
-    return ids + [3838, 374, 419, 30, 151645, 198]
+        if "vision_start" in tok:
+            ids += [tok["vision_start"], pp.info["image_token_id"], tok["vision_end"], 1000 + i]
+        else:
+            ids += [pp.info["image_token_id"], 1000 + i]
+    return ids + [3838, 374, 419, 30, 2]
 
 
 def sha256(b: bytes) -> str:

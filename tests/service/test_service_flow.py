@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import imagegen
-from conftest import NAMED, QWEN2, QWEN3
-from service_support import expected_sglang, expected_trtllm, expected_vllm, generate, qwen_prompt
+from conftest import NAMED, PIXTRAL, QWEN2, QWEN3
+from service_support import expected_sglang, expected_trtllm, expected_vllm, generate, prompt
 from sglang_mm_grpc import tensors
 
 BACKENDS = ("sglang", "vllm", "trtllm")
@@ -59,13 +59,16 @@ def expected(backend, pp, out, raws, ids, request_id):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_two_phase(client, stubs, pps, backend, case):
+@pytest.mark.parametrize("model", [QWEN2, PIXTRAL])
+def test_two_phase(client, stubs, pps, model, backend, case):
+    """Qwen: one patch run per image. Pixtral: rows of [IMG] split by [IMG_BREAK] and
+    ended by [IMG_END], so SGLang gets one range per row and vLLM an is_embed mask."""
     raws = CASES[case]
-    pp = pps[QWEN2]
-    ids = qwen_prompt(len(raws), pp.info["image_token_id"])
+    pp = pps[model]
+    ids = prompt(pp, len(raws))
     rid = f"two-phase-{backend}-{case}"
 
-    resp = client.preprocess(QWEN2, raws, input_ids=ids, request_id=rid)
+    resp = client.preprocess(model, raws, input_ids=ids, request_id=rid)
     assert resp.request_id == rid and resp.handle and not resp.HasField("payload")
     out = pp.preprocess(raws, input_ids=ids)
     check_response(resp, out, raws)
@@ -74,6 +77,11 @@ def test_two_phase(client, stubs, pps, backend, case):
     responses, report = generate(backend, stubs[backend], payload, request_id=rid)
     assert responses[-1].WhichOneof("response") == "complete"
     assert report == expected(backend, pp, out, raws, ids, rid)
+    structural = model == PIXTRAL
+    if backend == "vllm":
+        assert all((item["is_embed"] is not None) == structural for item in report["items"])
+    if backend == "sglang":
+        assert (len(report["items"][0]["offsets"]) > len(raws)) == structural
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -81,7 +89,7 @@ def test_one_shot(client, stubs, pps, backend):
     """backend in the request: the payload comes back at once, nothing is kept."""
     raws = CASES["several"]
     pp = pps[QWEN3]
-    ids = qwen_prompt(len(raws), pp.info["image_token_id"])
+    ids = prompt(pp, len(raws))
     resp = client.preprocess(QWEN3, raws, input_ids=ids, backend=backend, request_id="one-shot")
     assert resp.handle == "" and resp.payload.WhichOneof("mm_inputs") == backend
     out = pp.preprocess(raws, input_ids=ids)
@@ -105,7 +113,7 @@ def test_one_handle_every_backend(client, stubs, pps):
     """The router may assemble the same intermediate for several workers (e.g. a retry)."""
     raws = CASES["several"]
     pp = pps[NAMED]
-    ids = qwen_prompt(len(raws), pp.info["image_token_id"])
+    ids = prompt(pp, len(raws))
     resp = client.preprocess(NAMED, raws, input_ids=ids)
     out = pp.preprocess(raws, input_ids=ids)
     check_response(resp, out, raws)
@@ -157,7 +165,7 @@ def test_concurrent_requests(client, pps):
 
 def test_list_models(client, pps, model_dir):
     models = {m.name: m for m in client.list_models()}
-    assert set(models) == {QWEN2, QWEN3, NAMED}
+    assert set(models) == {QWEN2, QWEN3, PIXTRAL, NAMED}
     for name, pp in pps.items():
         m, info = models[name], pp.info
         assert (m.family, m.image_token_id, m.mrope, m.reference_processor) == (

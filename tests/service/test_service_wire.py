@@ -11,7 +11,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, un
 
 import imagegen
 from conftest import QWEN2
-from service_support import qwen_prompt
+from service_support import prompt
 from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sg
 from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as tr
 from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vl
@@ -157,7 +157,7 @@ def pool():
 @pytest.fixture(scope="module")
 def case(pps):
     pp = pps[QWEN2]
-    ids = qwen_prompt(len(RAWS), pp.info["image_token_id"])
+    ids = prompt(pp, len(RAWS))
     return ids, pp.preprocess(RAWS, input_ids=ids)
 
 
