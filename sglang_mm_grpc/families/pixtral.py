@@ -187,10 +187,12 @@ class Pixtral(Family):
     def warmup(self) -> None:
         resample_pil.warmup()
         rng = np.random.default_rng(0)
-        sizes = [(37, 53), (300, 40), (self.config.unit, 2 * self.config.unit)]
-        plans = [self.plan(*s, item=i) for i, s in enumerate(sizes)]
-        shape, slots = self.batch_shape(plans)
-        batch = np.zeros(shape, np.float32)
-        for s, plan, slot in zip(sizes, plans, slots):
-            img = DecodedImage(rng.integers(0, 256, (*s, 3), dtype=np.uint8), "RGB", "PNG")
-            self.process_item(img, plan, batch[slot])
+        unit = self.config.unit
+        # a lone image (its slot is a contiguous plane) and a padded batch (strided slots)
+        for sizes in ([(37, 53)], [(37, 53), (300, 40), (unit, 2 * unit)]):
+            plans = [self.plan(*s, item=i) for i, s in enumerate(sizes)]
+            shape, slots = self.batch_shape(plans)
+            batch = np.zeros(shape, np.float32)
+            for s, plan, slot in zip(sizes, plans, slots):
+                img = DecodedImage(rng.integers(0, 256, (*s, 3), dtype=np.uint8), "RGB", "PNG")
+                self.process_item(img, plan, batch[slot])
