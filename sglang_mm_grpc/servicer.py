@@ -118,9 +118,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         out = await self._in_pool(pp.preprocess, raw, input_ids)
 
         deadline.check("building the response")
-        keep = backend is None or request.keep_handle
-        handle = self._keep(Kept(pp.name, out, pp.field_layout)) if keep else ""
-        resp = await self._in_pool(_response, request, out, pp.field_layout, backend, handle)
+        resp = await self._in_pool(_response, request, out, pp.field_layout, backend)
+        if backend is None or request.keep_handle:
+            resp.handle = self._keep(Kept(pp.name, out, pp.field_layout))
         resp.timings.fetch_ms = fetch_ms
         resp.timings.total_ms = (time.perf_counter() - t0) * 1e3
         return resp
@@ -182,6 +182,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             log.info("%s: %s", e.code.value, e.message)
             await context.abort(e.grpc_code, e.message)
         except asyncio.CancelledError:
+            # grpc cancels the handler when the deadline passes or the client goes away;
+            # work already handed to a worker thread runs to its end and is dropped.
+            remaining = context.time_remaining()
+            why = "deadline exceeded" if remaining is not None and remaining < 0.01 else "cancelled by the client"
+            log.info("%s: %s", fn.__name__.lstrip("_"), why)
             raise
         except grpc.aio.AbortError:
             raise
@@ -190,11 +195,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
 
 
-def _response(request, out: PreprocessOutput, field_layout, backend, handle: str) -> pb.PreprocessResponse:
+def _response(request, out: PreprocessOutput, field_layout, backend) -> pb.PreprocessResponse:
     resp = pb.PreprocessResponse(
         request_id=request.request_id,
         input_ids=asm.token_ids(out.input_ids),
-        handle=handle,
         image_token_id=out.image_token_id,
     )
     for im in out.images:

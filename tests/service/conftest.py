@@ -126,9 +126,9 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, model_dir, media_dir):
-    """target of a server with QWEN2, QWEN3, PIXTRAL and NAMED, requests limited to MAX_RECEIVE,
-    fetching from loopback and from ``media_dir``."""
+def server_proc(tmp_path_factory, model_dir, media_dir):
+    """(process, target) of a server with QWEN2, QWEN3, PIXTRAL and NAMED, requests
+    limited to MAX_RECEIVE, fetching from loopback and from ``media_dir``."""
     tmp = tmp_path_factory.mktemp("server")
     proc, target = start_server(
         tmp,
@@ -137,8 +137,13 @@ def server(tmp_path_factory, model_dir, media_dir):
         "--allowed-local-media-path", str(media_dir),
         models=[QWEN2, QWEN3, PIXTRAL, f"{NAMED}={model_dir}"],
     )
-    yield target
+    yield proc, target
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def server(server_proc) -> str:
+    return server_proc[1]
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ stays SERVING afterwards."""
 from __future__ import annotations
 
 import base64
+import time
 
 import blake3
 import grpc
@@ -92,10 +93,16 @@ def test_assemble_needs_a_backend(client):
     client.release(handle)
 
 
-def test_deadline(client):
-    raws = [imagegen.jpeg(1500, 2000, seed=s) for s in range(3)]
-    e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.005)
+def test_deadline(client, server_proc):
+    """The server drops the call when its deadline passes (and says so)."""
+    raws = [imagegen.jpeg(1600, 1600, seed=s) for s in range(3)]
+    e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.15)
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    log = server_proc[0].log
+    end = time.monotonic() + 10
+    while "preprocess: deadline exceeded" not in log.read_text():
+        assert time.monotonic() < end, log.read_text()[-2000:]
+        time.sleep(0.05)
 
 
 def test_data_url_and_base64_are_the_bytes(client):
