@@ -25,6 +25,50 @@ def qwen_reference(preprocessor_config: dict):
     return Qwen2VLImageProcessorPil(**cfg)
 
 
+def llava_reference(preprocessor_config: dict, processor_config: dict, image_token_id: int = 32000):
+    """The real ``LlavaProcessor`` (LLaVA-1.5) or ``LlavaNextProcessor``, as
+    ``from_pretrained`` builds it: the PIL image processor the config names, the
+    processor_config.json values as init kwargs, and a word-level tokenizer in which
+    ``<image>`` is ``image_token_id`` (the checkpoint's tokenizer cannot be downloaded).
+    ``.image_processor`` is the pixel reference; calling it with text gives the ids."""
+    import transformers
+
+    kind = str(preprocessor_config.get("image_processor_type") or "CLIPImageProcessor")
+    name = next(n for n in ("LlavaNext", "Llava", "CLIP") if kind.startswith(n))
+    image_processor = getattr(transformers, f"{name}ImageProcessorPil")(
+        **{k: v for k, v in preprocessor_config.items() if k not in ("image_processor_type", "processor_class")})
+    processor_class = transformers.LlavaNextProcessor if name == "LlavaNext" else transformers.LlavaProcessor
+    kwargs = {k: v for k, v in processor_config.items() if k != "processor_class"}
+    return processor_class(image_processor=image_processor, tokenizer=_word_tokenizer(image_token_id), **kwargs)
+
+
+WORDS = ("hello", "world", "describe", "these")
+
+
+def word_prompt(n_images: int, image_token_id: int) -> tuple[str, list[int]]:
+    """A prompt of words and ``n_images`` ``<image>`` placeholders, as text for
+    ``llava_reference`` and as the unexpanded ids a gateway would send."""
+    words = [WORDS[i % len(WORDS)] for i in range(n_images + 1)]
+    text = [words[0]] + [t for w in words[1:] for t in ("<image>", w)]
+    vocab = {w: image_token_id + 1 + i for i, w in enumerate(WORDS)} | {"<image>": image_token_id}
+    return " ".join(text), [vocab[t] for t in text]
+
+
+def _word_tokenizer(image_token_id: int):
+    """Whitespace word-level tokenizer: ``<image>`` = ``image_token_id``, ``WORDS`` after it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"<filler_{i}>": i for i in range(1, image_token_id)}
+    vocab.update({"<unk>": 0, "<image>": image_token_id})
+    vocab.update({w: image_token_id + 1 + i for i, w in enumerate(WORDS)})
+    words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    return tokenizer
+
+
 def pixtral_reference(preprocessor_config: dict, processor_config: dict, token_ids: dict[str, int]):
     """The real ``PixtralProcessor`` over ``PixtralImageProcessorPil``, built as
     ``from_pretrained`` builds it (processor_config.json values are its init kwargs).

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..carriers import DecodedImage, ProcessedItem
-from ..errors import invalid
 from ..kernels import chw, normalize, resample_pil, window
 from ..layout import Expansion
 from . import hf_keys
@@ -34,9 +33,9 @@ MODEL_TYPES = ("llava_next",)
 DEFAULT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
 
 
-def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int] | None:
-    """transformers' ``select_best_resolution``: most effective pixels, then least waste;
-    None when every pinpoint scales a side to 0 pixels."""
+def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int]:
+    """transformers' ``select_best_resolution``: most effective pixels, then least waste
+    (a thin image every pinpoint scales to 0 rows gets the least wasteful one)."""
     best, max_effective, min_wasted = None, 0, float("inf")
     for ph, pw in pinpoints:
         scale = min(pw / width, ph / height)
@@ -135,8 +134,6 @@ class LlavaNext(Family):
     def plan(self, height: int, width: int, item: int) -> ItemPlan:
         c = self.config
         best = select_best_resolution(height, width, c.image_grid_pinpoints)
-        if best is None:
-            raise invalid(f"{height}x{width} image: too thin for every image_grid_pinpoints resolution", item=item)
         resized = patch_output_size(height, width, best)
         tile = c.tile
         tiles = 1 + (best[0] // tile) * (best[1] // tile)
@@ -171,7 +168,12 @@ class LlavaNext(Family):
         resample_pil.warmup()
         window.warmup()
         rng = np.random.default_rng(0)
-        for size in ((37, 53), (500, 40), (40, 500)):
-            img = DecodedImage(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB", "PNG")
+        # Both pass orders, one-axis resizes, images already of a target size; read-only
+        # like decoded images (numba compiles read-only arrays separately).
+        tile = self.config.tile
+        for size in ((37, 53), (500, 40), (40, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (tile, 500)):
+            rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+            rgb.flags.writeable = False
+            img = DecodedImage(rgb, "RGB", "PNG")
             plan = self.plan(*size, item=0)
             self.process_item(img, plan, np.zeros(plan.feature_shape, np.float32))

@@ -1,0 +1,216 @@
+"""LLaVA-NeXT (v1.6) against the installed ``LlavaNextImageProcessorPil`` and
+``LlavaNextProcessor``.
+
+Every case runs the real processor on the same bytes and compares with
+``np.array_equal``: float32 pixel values bit for bit (zero tiles of batch padding
+included), ``image_sizes`` exactly; the expanded ids come from the real
+``LlavaNextProcessor`` (word-level tokenizer, ``<image>`` = the config's id).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import imagegen
+from reference import llava_reference, reference_input, run_reference, word_prompt
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc.config import resolve
+from sglang_mm_grpc.families.llava_next import DEFAULT_PINPOINTS
+
+PRESET = "llava-hf/llava-v1.6-mistral-7b-hf"
+IMAGE = 32000
+
+# Each pinpoint exactly, its aspect at other scales, one pixel off it, plus tiny, thin,
+# odd and large sizes.
+PINPOINT_SIZES = sorted(
+    {p for ph, pw in DEFAULT_PINPOINTS for p in ((ph, pw), (ph // 2, pw // 2), (ph * 3 // 4, pw * 3 // 4),
+                                                 (ph + 1, pw), (ph, pw - 1), (ph * 2, pw * 2))}
+)
+SIZES = PINPOINT_SIZES + [
+    (1, 1), (2, 2), (13, 7), (7, 13), (1, 1008), (1008, 1), (1, 5000), (4000, 1), (20, 3000), (3000, 20), (2, 1500), (27, 29),
+    (335, 335), (336, 336), (337, 336), (300, 500), (500, 300), (480, 640), (640, 480), (999, 777),
+    (720, 1280), (1080, 1920), (1365, 2048), (2000, 900),
+]
+
+_REFS: dict = {}
+
+
+def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
+    key = json.dumps([pre, proc, image_token_id], sort_keys=True)
+    if key not in _REFS:
+        _REFS[key] = llava_reference(pre, proc, image_token_id)
+    return _REFS[key]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    src = resolve(PRESET)
+    return Preprocessor.from_model(PRESET), reference(src.preprocessor_config, src.processor_config)
+
+
+def assert_same(ours, ref):
+    assert ours.pixel_values.dtype == np.float32
+    assert ours.pixel_values.shape == ref["pixel_values"].shape
+    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
+    assert mismatch == 0, f"{mismatch} pixel values differ"
+    sizes = ours.tensors["image_sizes"]
+    assert set(ours.tensors) == {"image_sizes"}
+    assert sizes.dtype == np.int64 and np.array_equal(sizes, ref["image_sizes"])
+
+
+def assert_full(pp, processor, raws):
+    """Pixels, image_sizes and the expanded ids against the whole HF processor."""
+    text, ids = word_prompt(len(raws), pp.family.image_token_id)
+    ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
+    ours = pp.preprocess(raws, input_ids=ids)
+    assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})
+    expected = np.asarray(ref["input_ids"])[0]
+    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected)
+    image = pp.family.image_token_id
+    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected == image, [0]))))
+    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
+    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]
+    return ours
+
+
+def large_jpeg(h: int, w: int) -> bytes:
+    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
+    from PIL import Image
+
+    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
+    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
+    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
+    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("kind", ["noise", "smooth"])
+def test_sizes_png(pair, size, kind):
+    pp, ref = pair
+    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+def test_modes_and_formats(pair, name):
+    pp, ref = pair
+    raw = imagegen.modes_corpus()[name]
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+@pytest.mark.parametrize("size", [(3000, 4000), (8000, 6000)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_large_photos(pair, size):
+    pp, ref = pair
+    raw = large_jpeg(*size)
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+def test_batch_padding(pair):
+    """Tile counts 3, 5, 4 and 3 in one request: zero tiles up to 5, in the normalized domain."""
+    pp, ref = pair
+    raws = [imagegen.png(336, 672, seed=1), imagegen.jpeg(640, 480, seed=2), imagegen.png(30, 3000, seed=3),
+            imagegen.png(13, 7, seed=4)]
+    ours = assert_full(pp, ref, raws)
+    assert ours.pixel_values.shape == (4, 5, 3, 336, 336)
+    assert not ours.pixel_values[0, 3:].any() and not ours.pixel_values[3, 3:].any()
+    assert ours.pixel_values[2, 3].any() and not ours.pixel_values[2, 4:].any()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_token_layout(pair, n):
+    pp, ref = pair
+    raws = [imagegen.jpeg(100 + 250 * i, 700 - 150 * i, seed=i) for i in range(n)]
+    assert_full(pp, ref, raws)
+
+
+def test_token_counts_random_sizes(pair):
+    """The plan's count (no pixel work) equals LlavaNextProcessor's own counting code
+    (``_get_num_multimodal_tokens`` -> ``_get_number_of_features``, minus the CLS)."""
+    pp, ref = pair
+    rng = np.random.default_rng(11)
+    sizes = [(int(h), int(w)) for h, w in rng.integers(1, 3000, (80, 2))]
+    sizes += [(int(h), int(w)) for h, w in rng.integers(1, 60, (20, 2))] + [(1, 5000), (3000, 2)]
+    sizes += [(1, 1), (336, 336), (300, 500)]
+    expected = ref._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
+    assert [pp.family.plan(h, w, 0).geometry[0] for h, w in sizes] == expected
+    assert expected[-3:] == [1176, 1176, 1560]
+    assert len(set(expected)) > 20
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 900), st.integers(1, 900)), min_size=1, max_size=3),
+    seed=st.integers(0, 2**16),
+    kind=st.sampled_from(["noise", "smooth"]),
+)
+def test_random_sizes(pair, sizes, seed, kind):
+    raws = [imagegen.png(h, w, seed=seed + i, kind=kind) for i, (h, w) in enumerate(sizes)]
+    assert_full(pair[0], pair[1], raws)
+
+
+# -- presets and model directories -------------------------------------------------------
+
+
+def test_preset_matches_transformers_defaults():
+    """Values only checkable against class defaults: config.json ids and pinpoints."""
+    from transformers import LlavaNextConfig, LlavaNextImageProcessorPil
+
+    hf = LlavaNextConfig()
+    src = resolve(PRESET)
+    fam = Preprocessor.from_model(PRESET).family
+    assert fam.image_token_id == hf.image_token_index == src.config["image_token_index"]
+    assert [list(p) for p in fam.config.image_grid_pinpoints] == hf.image_grid_pinpoints
+    assert fam.config.image_grid_pinpoints == tuple(map(tuple, LlavaNextImageProcessorPil.image_grid_pinpoints))
+    assert src.config["image_grid_pinpoints"] == src.preprocessor_config["image_grid_pinpoints"]
+    assert src.config["vision_feature_select_strategy"] == hf.vision_feature_select_strategy
+    assert src.config["vision_config"]["patch_size"] == hf.vision_config.patch_size
+    assert fam.field_layout.batched == ("pixel_values", "image_sizes") and not fam.field_layout.flat
+
+
+DIR_CONFIGS = {
+    "class_defaults_224": ({"image_grid_pinpoints": [[224, 448], [448, 224], [448, 448], [672, 224], [224, 672]]},
+                           {}),
+    "wide_grid_bilinear": ({"size": {"shortest_edge": 336}, "crop_size": 336, "resample": 2,
+                            "image_grid_pinpoints": [[336, 336], [336, 1344], [1344, 336], [672, 1008], [1008, 672],
+                                                     [1008, 1008]]}, {"vision_feature_select_strategy": "full"}),
+    "size_height_width_lanczos": ({"size": {"height": 336, "width": 336}, "crop_size": 336, "resample": 1},
+                                  {"num_additional_image_tokens": 0}),
+    "custom_mean_no_normalize": ({"size": 336, "crop_size": 336, "do_normalize": False,
+                                  "image_mean": [0.5, 0.5, 0.5]}, {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
+def test_model_directory(tmp_path, name):
+    pre, extra = DIR_CONFIGS[name]
+    pre = pre | {"image_processor_type": "LlavaNextImageProcessor"}
+    proc = {"patch_size": 14, "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1,
+            "processor_class": "LlavaNextProcessor"} | extra
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava_next", "image_token_index": 64000}))
+    pp = Preprocessor.from_model(str(tmp_path))
+    assert pp.family.name == "llava_next" and pp.info["image_token_id"] == 64000
+    ref = reference(pre, proc, 64000)
+    for sizes in [[(300, 500), (13, 7)], [(37, 600), (500, 37), (720, 1280)], [(336, 336)]]:
+        raws = [imagegen.png(*s, seed=s[0]) if i % 2 else imagegen.jpeg(*s, seed=s[1]) for i, s in enumerate(sizes)]
+        assert_full(pp, ref, raws)
+
+
+@pytest.mark.parametrize("pre,cause", [
+    ({"size": {"shortest_edge": 336}, "crop_size": 224}, "size and crop_size"),
+    ({"size": 336, "crop_size": 336, "image_grid_pinpoints": [[336, 500]]}, "multiples"),
+    ({"image_grid_pinpoints": []}, "image_grid_pinpoints"),
+    ({"do_convert_rgb": False}, "do_convert_rgb"),
+])
+def test_bad_model_directory(tmp_path, pre, cause):
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava_next"}))
+    with pytest.raises(PreprocessError) as e:
+        Preprocessor.from_model(str(tmp_path))
+    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message

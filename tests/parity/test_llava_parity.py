@@ -1,0 +1,221 @@
+"""LLaVA-1.5 against the installed ``CLIPImageProcessorPil`` / ``LlavaImageProcessorPil``
+and ``LlavaProcessor``.
+
+Every case runs the real processor on the same bytes and compares with
+``np.array_equal``: float32 pixel values bit for bit; the expanded ids come from the
+real ``LlavaProcessor`` (word-level tokenizer, ``<image>`` = the config's id).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import imagegen
+from reference import llava_reference, reference_input, run_reference, word_prompt
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc.config import resolve
+
+PRESET = "llava-hf/llava-1.5-7b-hf"
+IMAGE = 32000
+
+# (height, width): tiny, thin, odd, around the 336 crop, exact multiples, large.
+SIZES = [
+    (1, 1), (2, 2), (13, 7), (7, 13), (1, 300), (300, 1), (20, 3000), (3000, 20), (27, 29), (224, 224),
+    (335, 335), (336, 336), (337, 336), (336, 337), (336, 672), (672, 336), (300, 500), (500, 300),
+    (480, 640), (999, 777), (1024, 1023), (720, 1280), (1080, 1920), (1365, 2048), (2000, 900),
+]
+
+_REFS: dict = {}
+
+
+def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
+    key = json.dumps([pre, proc, image_token_id], sort_keys=True)
+    if key not in _REFS:
+        _REFS[key] = llava_reference(pre, proc, image_token_id)
+    return _REFS[key]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    src = resolve(PRESET)
+    return Preprocessor.from_model(PRESET), reference(src.preprocessor_config, src.processor_config)
+
+
+def assert_same(ours, ref):
+    assert ours.pixel_values.dtype == np.float32
+    assert ours.pixel_values.shape == ref["pixel_values"].shape
+    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
+    assert mismatch == 0, f"{mismatch} pixel values differ"
+    assert ours.tensors == {}
+
+
+def assert_full(pp, processor, raws):
+    """Pixels and the expanded ids against the whole HF processor on one prompt."""
+    text, ids = word_prompt(len(raws), pp.family.image_token_id)
+    ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
+    ours = pp.preprocess(raws, input_ids=ids)
+    assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})
+    expected = np.asarray(ref["input_ids"])[0]
+    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected)
+    image = pp.family.image_token_id
+    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected == image, [0]))))
+    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
+    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]
+    return ours
+
+
+def large_jpeg(h: int, w: int) -> bytes:
+    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
+    from PIL import Image
+
+    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
+    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
+    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
+    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("kind", ["noise", "smooth"])
+def test_sizes_png(pair, size, kind):
+    pp, ref = pair
+    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+def test_modes_and_formats(pair, name):
+    pp, ref = pair
+    raw = imagegen.modes_corpus()[name]
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+@pytest.mark.parametrize("size", [(3000, 4000), (6000, 8000)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_large_photos(pair, size):
+    pp, ref = pair
+    raw = large_jpeg(*size)
+    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+
+
+def test_many_images_one_request(pair):
+    pp, ref = pair
+    raws = [imagegen.png(40 + 37 * i, 300 - 23 * i, seed=i) for i in range(5)] + [imagegen.jpeg(480, 640)]
+    ours = assert_full(pp, ref, raws)
+    assert ours.pixel_values.shape == (6, 3, 336, 336) and ours.token_counts == [576] * 6
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_token_layout(pair, n):
+    pp, ref = pair
+    raws = [imagegen.jpeg(100 + 50 * i, 200, seed=i) for i in range(n)]
+    assert_full(pp, ref, raws)
+
+
+def test_token_counts_random_sizes(pair):
+    """The plan's count (no pixel work) equals LlavaProcessor's own counting code."""
+    pp, ref = pair
+    rng = np.random.default_rng(7)
+    sizes = [(int(h), int(w)) for h, w in rng.integers(1, 5000, (60, 2))]
+    expected = ref._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
+    assert [pp.family.plan(h, w, 0).geometry[0] for h, w in sizes] == expected
+    assert set(expected) == {576}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    h=st.integers(1, 900),
+    w=st.integers(1, 900),
+    seed=st.integers(0, 2**16),
+    kind=st.sampled_from(["noise", "smooth"]),
+)
+def test_random_sizes(pair, h, w, seed, kind):
+    if max(h, w) / min(h, w) > 50:
+        w = h  # keep the reference's full-size resize cheap; thin sizes are in SIZES
+    assert_full(pair[0], pair[1], [imagegen.png(h, w, seed=seed, kind=kind)])
+
+
+# -- presets and model directories -------------------------------------------------------
+
+
+def test_preset_matches_transformers_defaults():
+    """Values only checkable against class defaults: the checkpoint's config.json ids."""
+    from transformers import LlavaConfig
+
+    hf = LlavaConfig()
+    src = resolve(PRESET)
+    fam = Preprocessor.from_model(PRESET).family
+    assert fam.image_token_id == hf.image_token_index == src.config["image_token_index"]
+    assert src.config["vision_feature_select_strategy"] == hf.vision_feature_select_strategy
+    assert src.config["vision_config"]["patch_size"] == hf.vision_config.patch_size
+    assert src.config["vision_config"]["image_size"] == hf.vision_config.image_size
+    assert fam.plan(480, 640, 0).geometry[0] == hf.image_seq_length
+    assert fam.field_layout.batched == ("pixel_values",) and not fam.field_layout.flat
+
+
+DIR_CONFIGS = {
+    # LlavaImageProcessor's do_pad: square padding with the mean colour before the resize.
+    "llava_pad": ({"image_processor_type": "LlavaImageProcessor", "do_pad": True, "size": {"shortest_edge": 336},
+                   "crop_size": {"height": 336, "width": 336}}, {}),
+    "llava_pad_no_crop_bilinear": ({"image_processor_type": "LlavaImageProcessor", "do_pad": True,
+                                    "do_center_crop": False, "size": 224, "resample": 2}, {}),
+    "llava_pad_crop_smaller": ({"image_processor_type": "LlavaImageProcessor", "do_pad": True,
+                                "size": {"shortest_edge": 300}, "crop_size": 280, "resample": 1}, {}),
+    "clip_class_defaults": ({"image_processor_type": "CLIPImageProcessor"}, {}),
+    "crop_larger_than_resize": ({"size": {"shortest_edge": 200}, "crop_size": {"height": 256, "width": 240}},
+                                {"patch_size": 16}),
+    "no_resize": ({"do_resize": False, "crop_size": 336}, {}),
+    "size_height_width_no_crop": ({"size": {"height": 300, "width": 400}, "do_center_crop": False}, {}),
+    "lanczos": ({"resample": 1, "size": 336, "crop_size": 336}, {}),
+    "hamming": ({"resample": 5, "size": 336, "crop_size": 336}, {}),
+    "box": ({"resample": 4, "size": 336, "crop_size": 336}, {}),
+    "nearest": ({"resample": 0, "size": 336, "crop_size": 336}, {}),
+    "no_normalize": ({"do_normalize": False, "size": 336, "crop_size": 336}, {}),
+    "custom_mean_rescale": ({"image_mean": [0.5, 0.5, 0.5], "image_std": 0.25, "rescale_factor": 0.5,
+                             "size": 336, "crop_size": 336}, {"vision_feature_select_strategy": "full"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
+def test_model_directory(tmp_path, name):
+    pre, extra = DIR_CONFIGS[name]
+    proc = {"patch_size": 14, "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1,
+            "processor_class": "LlavaProcessor"} | extra
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "image_token_index": 32003}))
+    pp = Preprocessor.from_model(str(tmp_path))
+    assert pp.family.name == "llava" and pp.info["image_token_id"] == 32003
+    ref = reference(pre, proc, 32003)
+    for size in [(300, 500), (37, 600), (500, 37), (1080, 1920), (13, 7), (336, 336)]:
+        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
+        assert_full(pp, ref, raws)
+
+
+def test_directory_without_processor_config(tmp_path):
+    """The HF processor cannot count without processor_config.json; the count then
+    follows config.json the way the model consumes features (CLS dropped): 576."""
+    pre = resolve(PRESET).preprocessor_config
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    (tmp_path / "config.json").write_text(json.dumps(resolve(PRESET).config))
+    pp = Preprocessor.from_model(str(tmp_path))
+    assert pp.family.plan(100, 200, 0).geometry[0] == 576
+
+
+@pytest.mark.parametrize("pre,proc,cause", [
+    ({"do_convert_rgb": False}, {"patch_size": 14}, "do_convert_rgb"),
+    ({"size": {"shortest_edge": 300, "longest_edge": 500}}, {"patch_size": 14}, "size"),
+    ({"do_center_crop": False}, {"patch_size": 14}, "do_center_crop"),
+    ({"resample": 7}, {"patch_size": 14}, "filter"),
+    ({}, {"patch_size": 14, "num_additional_image_tokens": -1}, "num_additional_image_tokens"),
+])
+def test_bad_model_directory(tmp_path, pre, proc, cause):
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre | {"image_processor_type": "CLIPImageProcessor"}))
+    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))
+    with pytest.raises(PreprocessError) as e:
+        Preprocessor.from_model(str(tmp_path))
+    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
