@@ -63,11 +63,13 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
 
 
 def matches(preprocessor: dict, config: dict) -> bool:
+    """model_type "llava" with a CLIP/LLaVA image processor (the same model_type also
+    serves e.g. Pixtral's); or, with no model_type, ``LlavaImageProcessor`` by name."""
     kind = str(preprocessor.get("image_processor_type") or "")
-    if kind.startswith("LlavaImageProcessor"):
-        return True
-    # model_type "llava" also serves other image processors (e.g. Pixtral): not ours.
-    return config.get("model_type") in MODEL_TYPES and (not kind or kind.startswith("CLIPImageProcessor"))
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPES:
+        return not kind or kind.startswith(IMAGE_PROCESSORS)
+    return model_type is None and kind.startswith("LlavaImageProcessor")
 
 
 class Llava(Family):

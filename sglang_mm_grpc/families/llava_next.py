@@ -109,8 +109,14 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
 
 
 def matches(preprocessor: dict, config: dict) -> bool:
+    """model_type "llava_next" with its image processor (or none named); or, with no
+    model_type, ``LlavaNextImageProcessor`` by name. Other model types reusing this
+    image processor count their tokens their own way and are not claimed."""
     kind = str(preprocessor.get("image_processor_type") or "")
-    return kind.startswith("LlavaNextImageProcessor") or (config.get("model_type") in MODEL_TYPES and not kind)
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPES:
+        return not kind or kind.startswith("LlavaNextImageProcessor")
+    return model_type is None and kind.startswith("LlavaNextImageProcessor")
 
 
 def _resize(img: np.ndarray, height: int, width: int, resample: int) -> np.ndarray:

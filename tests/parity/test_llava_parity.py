@@ -219,3 +219,27 @@ def test_bad_model_directory(tmp_path, pre, proc, cause):
     with pytest.raises(PreprocessError) as e:
         Preprocessor.from_model(str(tmp_path))
     assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
+
+
+@pytest.mark.parametrize("pre,cfg,family", [
+    ({"image_processor_type": "CLIPImageProcessor"}, {"model_type": "llava"}, "llava"),
+    ({}, {"model_type": "llava"}, "llava"),
+    ({"image_processor_type": "LlavaImageProcessor", "do_pad": True}, {}, "llava"),
+    ({"image_processor_type": "LlavaNextImageProcessor"}, {"model_type": "llava_next"}, "llava_next"),
+    ({}, {"model_type": "llava_next"}, "llava_next"),
+    ({"image_processor_type": "PixtralImageProcessor"}, {"model_type": "llava"}, "pixtral"),
+])
+def test_family_selection(pre, cfg, family):
+    from sglang_mm_grpc.families import FAMILIES
+
+    assert next(name for name, matches, _ in FAMILIES if matches(pre, cfg)) == family
+
+
+@pytest.mark.parametrize("pre,cfg", [
+    ({"image_processor_type": "CLIPImageProcessor"}, {}),
+    ({"image_processor_type": "LlavaNextImageProcessor"}, {"model_type": "granite4_vision"}),
+])
+def test_not_claimed(pre, cfg):
+    from sglang_mm_grpc.families import llava, llava_next
+
+    assert not llava.matches(pre, cfg) and not llava_next.matches(pre, cfg)
