@@ -28,29 +28,28 @@ def byte_size(text: str) -> int:
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
-    from .server import ServerConfig
-
-    d = ServerConfig()
+    """The ``serve`` subcommand. Unset options keep ``ServerConfig``'s defaults (the server
+    module is only imported when serving, so other subcommands stay light)."""
     p = subparsers.add_parser(
         "serve",
         help="run the gRPC server",
         description="Serve MultimodalPreprocessor (plus gRPC health and reflection).",
     )
-    p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host})")
-    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 50061; 0 picks a free one)")
     p.add_argument(
         "--model", dest="models", action="append", default=[], metavar="M",
         help="preset id, model directory, or NAME=DIR (requests then say NAME); repeatable; "
         "default: every built-in preset",
     )
-    p.add_argument("--workers", type=int, default=0, help="CPU worker threads (default: one per core)")
-    p.add_argument("--max-message-bytes", type=byte_size, help="both message limits (default 512MiB)")
-    p.add_argument("--max-receive-bytes", type=byte_size, default=d.max_receive_bytes, help="largest request")
-    p.add_argument("--max-send-bytes", type=byte_size, default=d.max_send_bytes, help="largest response")
-    p.add_argument("--store-bytes", type=byte_size, default=d.store_bytes, help="handle store capacity (default 2GiB)")
-    p.add_argument("--store-items", type=int, default=d.store_items, help=f"handles kept at most (default {d.store_items})")
-    p.add_argument("--handle-ttl", type=float, default=d.handle_ttl_s, help="seconds a handle lives after its last use")
-    p.add_argument("--grace", type=float, default=d.grace_s, help="seconds in-flight requests get on SIGTERM")
+    p.add_argument("--workers", type=int, help="CPU worker threads (default: one per core)")
+    p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE", help="both message limits (default 512MiB)")
+    p.add_argument("--max-receive-bytes", type=byte_size, metavar="SIZE", help="largest request (default 512MiB)")
+    p.add_argument("--max-send-bytes", type=byte_size, metavar="SIZE", help="largest response (default 512MiB)")
+    p.add_argument("--store-bytes", type=byte_size, metavar="SIZE", help="handle store capacity (default 2GiB)")
+    p.add_argument("--store-items", type=int, metavar="N", help="handles kept at most (default 4096)")
+    p.add_argument("--handle-ttl", type=float, metavar="S", help="seconds a handle lives after its last use (default 120)")
+    p.add_argument("--grace", type=float, metavar="S", help="seconds in-flight requests get on SIGTERM (default 30)")
     f = p.add_argument_group("fetching image URLs")
     f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
     f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help="fetch http(s) only from these hosts (repeatable; default: any public host)")
@@ -67,36 +66,34 @@ def run_serve(args) -> int:
     from .server import ServerConfig, run
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {
-        "allowed_local_media_path": args.allowed_local_media_path,
-        "allowed_media_domains": args.allowed_media_domains,
-        "fetch_timeout_s": args.fetch_timeout,
-        "max_remote_bytes": args.max_remote_bytes,
-    }
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if args.allow_private_hosts:
-        overrides["allow_private_hosts"] = True
     try:
-        policy = FetchPolicy.from_env(**overrides)
+        policy = FetchPolicy.from_env(**_given(
+            allowed_local_media_path=args.allowed_local_media_path,
+            allowed_media_domains=args.allowed_media_domains,
+            allow_private_hosts=args.allow_private_hosts or None,
+            fetch_timeout_s=args.fetch_timeout,
+            max_remote_bytes=args.max_remote_bytes,
+        ))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    receive = args.max_message_bytes or args.max_receive_bytes
-    send = args.max_message_bytes or args.max_send_bytes
-    config = ServerConfig(
+    config = ServerConfig(models=list(args.models), fetch_policy=policy, **_given(
         host=args.host,
         port=args.port,
-        models=list(args.models),
         workers=args.workers,
-        max_receive_bytes=receive,
-        max_send_bytes=send,
+        max_receive_bytes=args.max_message_bytes or args.max_receive_bytes,
+        max_send_bytes=args.max_message_bytes or args.max_send_bytes,
         store_bytes=args.store_bytes,
         store_items=args.store_items,
         handle_ttl_s=args.handle_ttl,
         grace_s=args.grace,
-        fetch_policy=policy,
-    )
+    ))
     return run(config)
+
+
+def _given(**options) -> dict:
+    """Only the options set on the command line (the rest keep their defaults)."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:

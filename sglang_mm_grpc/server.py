@@ -156,18 +156,16 @@ async def serve(config: ServerConfig) -> int:
     loading = loop.create_task(server.load())
     stopping = loop.create_task(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    code = 0
-    if loading.done() and loading.exception() is not None:
-        e = loading.exception()
-        log.error("cannot load models: %s", getattr(e, "message", e))
+    if not loading.done():  # a signal while loading: the load thread cannot be interrupted
+        await asyncio.wait({loading})
+    error = loading.exception()
+    if error is not None:
+        log.error("cannot load models: %s", getattr(error, "message", error))
         code = 1
     else:
-        if not stopping.done():
-            await stopping
+        await stopping
         log.info("signal received: draining (up to %.0fs)", config.grace_s)
-    if not loading.done():
-        # The load thread cannot be interrupted; let it finish, then leave.
-        await asyncio.wait({loading})
+        code = 0
     stopping.cancel()
     await server.stop()
     log.info("stopped")
