@@ -8,6 +8,7 @@ request with one PreprocessError; there is no partial result.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
@@ -77,7 +78,21 @@ class Preprocessor:
         }
 
     def warmup(self) -> None:
+        """Compile every kernel this model's requests can reach, so none pays for it.
+
+        The family warms its kernels; then whole requests run through decode, whose
+        read-only arrays numba compiles separately, at sizes that take the resize paths
+        (both passes, one axis, none, several images in one batch).
+        """
         self.family.warmup()
+        sizes = [(37, 53), (300, 40), (40, 300)]
+        sizes.append(self.family.plan(64, 64, 0).resized_size)  # already at target size
+        images = [_warmup_png(h, w, seed) for seed, (h, w) in enumerate(sizes)]
+        for batch in ([images[0]], [images[-1]], images):
+            try:
+                self.preprocess(batch)
+            except PreprocessError:
+                pass  # a family may refuse a warmup shape; its kernels are compiled anyway
 
     def close(self) -> None:
         if self._pool is not None:
@@ -85,7 +100,11 @@ class Preprocessor:
 
     # -- the request ------------------------------------------------------------------
 
-    def preprocess(self, images: Sequence[bytes], input_ids=None) -> PreprocessOutput:
+    def preprocess(
+        self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None
+    ) -> PreprocessOutput:
+        """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
+        request stops at the next image boundary with a CANCELLED error."""
         t0 = time.perf_counter()
         family = self.family
         n = len(images)
@@ -114,7 +133,7 @@ class Preprocessor:
             decode_ms = (time.perf_counter() - td) * 1e3
             return h, img, family.plan(img.height, img.width, i), decode_ms
 
-        admitted = self._fan_out(admit, range(n))
+        admitted = self._fan_out(admit, range(n), cancel)
         t1 = time.perf_counter()
         plans = [a[2] for a in admitted]
         shape, slots = family.batch_shape(plans)
@@ -125,7 +144,7 @@ class Preprocessor:
             item = family.process_item(admitted[i][1], plans[i], pixel_values[slots[i]])
             return item, (time.perf_counter() - tp) * 1e3
 
-        processed = self._fan_out(process, range(n))
+        processed = self._fan_out(process, range(n), cancel)
         items = [p[0] for p in processed]
         t2 = time.perf_counter()
 
@@ -167,12 +186,12 @@ class Preprocessor:
             item_timings_ms=[{"decode_ms": a[3], "process_ms": p[1]} for a, p in zip(admitted, processed)],
         )
 
-    def _fan_out(self, fn: Callable[[int], R], indices) -> list[R]:
+    def _fan_out(self, fn: Callable[[int], R], indices, cancel: threading.Event | None) -> list[R]:
         """The one place that decides threading. Errors: the lowest failing index wins."""
         indices = list(indices)
         if self._pool is None or len(indices) < 2:
-            return [_guard(fn, i) for i in indices]
-        futures = [self._pool.submit(_guard, fn, i) for i in indices]
+            return [_guard(fn, i, cancel) for i in indices]
+        futures = [self._pool.submit(_guard, fn, i, cancel) for i in indices]
         results, first_error = [], None
         for f in futures:
             try:
@@ -184,7 +203,9 @@ class Preprocessor:
         return results
 
 
-def _guard(fn: Callable[[int], R], i: int) -> R:
+def _guard(fn: Callable[[int], R], i: int, cancel: threading.Event | None) -> R:
+    if cancel is not None and cancel.is_set():
+        raise PreprocessError(Code.CANCELLED, "request cancelled (client gone or deadline passed)", item=i)
     try:
         return fn(i)
     except PreprocessError:
@@ -193,6 +214,17 @@ def _guard(fn: Callable[[int], R], i: int) -> R:
         raise PreprocessError(Code.RESOURCE_EXHAUSTED, "out of memory while processing", item=i) from None
     except Exception as e:  # a bug, not the client's fault: say so, keep serving
         raise PreprocessError(Code.INTERNAL, f"internal error: {type(e).__name__}: {e}", item=i) from e
+
+
+def _warmup_png(h: int, w: int, seed: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    rgb = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "PNG", compress_level=0)
+    return buf.getvalue()
 
 
 def default_threads() -> int:

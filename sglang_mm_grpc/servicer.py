@@ -9,7 +9,9 @@ Media fetching goes through the single ``fetch`` coroutine given to the servicer
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -115,7 +117,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
 
         deadline.check("preprocessing")
         input_ids = list(request.input_ids) if request.input_ids else None
-        out = await self._in_pool(pp.preprocess, raw, input_ids)
+        out = await self._cancellable(deadline, pp.preprocess, raw, input_ids)
 
         deadline.check("building the response")
         resp = await self._in_pool(_response, request, out, pp.field_layout, backend)
@@ -171,6 +173,24 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 Code.RESOURCE_EXHAUSTED,
                 f"{e}; cannot keep this request: set backend in PreprocessRequest to get the payload in one call",
             ) from None
+
+    async def _cancellable(self, deadline: "_Deadline", fn, *args):
+        """Run ``fn(*args, cancel=event)`` in the pool; the event is set when the deadline
+        passes or the call is cancelled, so the worker stops at its next image boundary
+        instead of finishing work nobody will read."""
+        cancel = threading.Event()
+        loop = asyncio.get_running_loop()
+        timer = None
+        if deadline.at is not None:
+            timer = loop.call_later(max(0.0, deadline.at - time.monotonic()), cancel.set)
+        try:
+            return await loop.run_in_executor(self.executor, functools.partial(fn, *args, cancel=cancel))
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _in_pool(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)

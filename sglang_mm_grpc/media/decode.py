@@ -10,6 +10,7 @@ samples wider than 8 bits (which Pillow would silently truncate or the processor
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -56,7 +57,7 @@ def decode_image(
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"image too large to decode: {e}", item=item) from None
     except Exception as e:  # Pillow raises many types for garbage input
-        raise invalid(f"not a decodable image ({len(data)} bytes): {e}", item=item) from None
+        raise invalid(f"not a decodable image ({len(data)} bytes): {_reason(e)}", item=item) from None
     fmt = im.format or ""
     if fmt not in formats:
         raise invalid(f"image format {fmt or 'unknown'} is not accepted (accepted: {', '.join(sorted(formats))})", item=item)
@@ -80,8 +81,14 @@ def decode_image(
     except PreprocessError:
         raise
     except Exception as e:
-        raise invalid(f"corrupt or truncated {fmt} image: {e}", item=item) from None
+        raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
     return DecodedImage(rgb, source_mode, fmt)
+
+
+def _reason(e: Exception) -> str:
+    """Pillow's message without object reprs (``<_io.BytesIO object at 0x...>``)."""
+    text = re.sub(r"\s*<[^<>]* object at 0x[0-9a-f]+>", "", str(e)).strip()
+    return text or type(e).__name__
 
 
 def _to_rgb(im: Image.Image) -> np.ndarray:

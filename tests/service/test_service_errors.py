@@ -9,6 +9,7 @@ import time
 import blake3
 import grpc
 import pytest
+from PIL import Image
 
 import imagegen
 from conftest import MAX_RECEIVE, QWEN2
@@ -95,8 +96,9 @@ def test_assemble_needs_a_backend(client):
 
 def test_deadline(client, server_proc):
     """The server drops the call when its deadline passes (and says so)."""
-    raws = [imagegen.jpeg(1600, 1600, seed=s) for s in range(3)]
-    e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.15)
+    # about a second of pixel work in a few hundred KB (flat PNGs compress to almost nothing)
+    raws = [imagegen.encode(Image.new("RGB", (3000, 3000), (s, 90, 200)), "PNG") for s in range(12)]
+    e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.3)
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     log = server_proc[0].log
     end = time.monotonic() + 10
