@@ -14,17 +14,30 @@ import sys
 from pathlib import Path
 
 _URL = re.compile(r"^(https?://|data:|file://)", re.IGNORECASE)
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def byte_size(text: str) -> int:
-    """``536870912``, ``512MiB``, ``512M``, ``4KiB`` -> bytes (binary units)."""
+    """``536870912``, ``512MiB``, ``512M``, ``4KiB``, ``1.25GiB`` -> bytes (binary units)."""
     m = _SIZE.match(text)
     if not m:
         raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 512MiB)")
     unit = (m.group(2) or "")[:1].lower()
-    return int(m.group(1)) * _UNITS[unit]
+    number = m.group(1)
+    if "." not in number:
+        return int(number) * _UNITS[unit]
+    return int(float(number) * _UNITS[unit])
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -49,13 +62,27 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--store-bytes", type=byte_size, metavar="SIZE", help="handle store capacity (default 2GiB)")
     p.add_argument("--store-items", type=int, metavar="N", help="handles kept at most (default 4096)")
     p.add_argument("--handle-ttl", type=float, metavar="S", help="seconds a handle lives after its last use (default 120)")
+    p.add_argument("--cache-bytes", type=byte_size, metavar="SIZE", help="preprocessed images kept for repeats, all models together (default 1GiB; 0 disables)")
     p.add_argument("--grace", type=float, metavar="S", help="seconds in-flight requests get on SIGTERM (default 30)")
-    f = p.add_argument_group("fetching image URLs")
+    f = p.add_argument_group("image sources and their limits (docs/MEDIA.md)")
     f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
-    f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help="fetch http(s) only from these hosts (repeatable; default: any public host)")
-    f.add_argument("--allow-private-hosts", action="store_true", help="allow loopback/private addresses (trusted networks only)")
-    f.add_argument("--fetch-timeout", type=float, metavar="S", help="seconds per fetch (default: $REQUEST_TIMEOUT or 3)")
+    f.add_argument(
+        "--allowed-media-domains", dest="allowed_media_domains", nargs="+", action="append", metavar="HOST",
+        help="fetch http(s) only from these hosts, checked on every redirect (space- or comma-separated, "
+        "repeatable; default: any public host)",
+    )
+    f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help=argparse.SUPPRESS)
+    f.add_argument(
+        "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
+        help="allow loopback/private/link-local/... addresses (trusted networks and tests only)",
+    )
+    f.add_argument("--max-images", type=positive_int, metavar="N", help="images per request (default 64)")
+    f.add_argument("--request-byte-budget", type=byte_size, metavar="SIZE", help="bytes of all of a request's sources together (default 1.25GiB)")
     f.add_argument("--max-remote-bytes", type=byte_size, metavar="SIZE", help="largest fetched image (default 64MiB)")
+    f.add_argument("--fetch-timeout", type=float, metavar="S", help="seconds per fetch, capped by the request deadline (default: $REQUEST_TIMEOUT or 3)")
+    f.add_argument("--max-redirects", type=int, metavar="N", help="redirects followed per fetch (default 10)")
+    f.add_argument("--max-concurrent-fetches", type=positive_int, metavar="N", help="fetches in flight across all requests (default 32)")
+    f.add_argument("--max-image-pixels", type=positive_int, metavar="N", help="largest width x height decoded, checked from the header (default 67108864 = 8192x8192)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_serve)
     return p
@@ -69,15 +96,21 @@ def run_serve(args) -> int:
     try:
         policy = FetchPolicy.from_env(**_given(
             allowed_local_media_path=args.allowed_local_media_path,
-            allowed_media_domains=args.allowed_media_domains,
+            allowed_media_domains=_domains(args.allowed_media_domains),
             allow_private_hosts=args.allow_private_hosts or None,
-            fetch_timeout_s=args.fetch_timeout,
+            max_items=args.max_images,
+            request_byte_budget=args.request_byte_budget,
             max_remote_bytes=args.max_remote_bytes,
+            fetch_timeout_s=args.fetch_timeout,
+            max_redirects=args.max_redirects,
+            max_concurrent_fetches=args.max_concurrent_fetches,
         ))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     config = ServerConfig(models=list(args.models), fetch_policy=policy, **_given(
+        max_image_pixels=args.max_image_pixels,
+        cache_bytes=args.cache_bytes,
         host=args.host,
         port=args.port,
         workers=args.workers,
@@ -89,6 +122,17 @@ def run_serve(args) -> int:
         grace_s=args.grace,
     ))
     return run(config)
+
+
+def _domains(values) -> list[str] | None:
+    """``--allowed-media-domains a b,c --allowed-media-domain d`` -> [a, b, c, d]."""
+    if values is None:
+        return None
+    flat = []
+    for value in values:
+        for entry in value if isinstance(value, list) else [value]:
+            flat += [d for d in entry.split(",") if d.strip()]
+    return flat
 
 
 def _given(**options) -> dict:

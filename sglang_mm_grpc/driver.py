@@ -11,11 +11,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
 from . import config as model_config
+from .cache import CachedItem, PreprocessCache
 from .carriers import DecodedImage, ImageResult, PreprocessOutput, ProcessedItem
 from .errors import Code, PreprocessError, invalid
 from .families import Family, FieldLayout, ItemPlan
@@ -27,6 +29,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_MAX_IMAGES = 64
+DEFAULT_CACHE_BYTES = 1 << 30
 
 
 class Preprocessor:
@@ -42,7 +45,11 @@ class Preprocessor:
         max_image_pixels: int = DEFAULT_MAX_PIXELS,
         formats: frozenset[str] = DEFAULT_FORMATS,
         threads: int = 1,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache: PreprocessCache | None = None,
     ):
+        """``cache``: share one cache between models (keys include the model spec);
+        otherwise the model gets its own of ``cache_bytes`` (0 disables caching)."""
         self.family = family
         self.name = name
         self.source = source
@@ -50,6 +57,9 @@ class Preprocessor:
         self.max_image_pixels = max_image_pixels
         self.formats = formats
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="mm-item") if threads > 1 else None
+        #: Everything that decides the output for given bytes; part of every cache key.
+        self.spec_key = family.fingerprint()
+        self.cache = cache if cache is not None else (PreprocessCache(cache_bytes) if cache_bytes > 0 else None)
 
     @classmethod
     def from_model(cls, model: str, *, name: str | None = None, **options) -> "Preprocessor":
@@ -125,23 +135,41 @@ class Preprocessor:
                 f"but the request has {n} image(s); put exactly one placeholder per image"
             )
 
-        def admit(i: int) -> tuple[str, DecodedImage, ItemPlan, float]:
+        cache = self.cache
+
+        def admit(i: int) -> _Admitted:
             data = images[i]
             h = content_hash(data)
+            if cache is not None:
+                hit = cache.get((h, self.spec_key))
+                if hit is not None:
+                    return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, 0.0)
             td = time.perf_counter()
             img = decode_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
             decode_ms = (time.perf_counter() - td) * 1e3
-            return h, img, family.plan(img.height, img.width, i), decode_ms
+            return _Admitted(h, img.height, img.width, family.plan(img.height, img.width, i), img, None, decode_ms)
 
         admitted = self._fan_out(admit, range(n), cancel)
         t1 = time.perf_counter()
-        plans = [a[2] for a in admitted]
-        shape, slots = family.batch_shape(plans)
-        pixel_values = (np.zeros if family.pads_batch else np.empty)(shape, dtype=np.float32)
+        plans = [a.plan for a in admitted]
+        if n == 1 and admitted[0].cached is not None:  # the cached tensor itself, no copy
+            pixel_values, slots = admitted[0].cached.pixel_values, [admitted[0].cached.slot]
+        else:
+            shape, slots = family.batch_shape(plans)
+            pixel_values = (np.zeros if family.pads_batch else np.empty)(shape, dtype=np.float32)
 
         def process(i: int) -> tuple[ProcessedItem, float]:
+            a = admitted[i]
             tp = time.perf_counter()
-            item = family.process_item(admitted[i][1], plans[i], pixel_values[slots[i]])
+            slot = pixel_values[slots[i]]
+            if a.cached is not None:
+                if n > 1:
+                    slot[...] = a.cached.pixel_values[a.cached.slot]
+                item = ProcessedItem(slot, a.cached.aux, a.cached.geometry, a.cached.resized_size)
+            else:
+                item = family.process_item(a.image, a.plan, slot)
+                if cache is not None:
+                    cache.put((a.hash, self.spec_key), self._cache_entry(a, item, pixel_values if n == 1 else None, slots[i]))
             return item, (time.perf_counter() - tp) * 1e3
 
         processed = self._fan_out(process, range(n), cancel)
@@ -153,9 +181,9 @@ class Preprocessor:
         pos = family.positions(applied, items)
         results = [
             ImageResult(
-                hash=h,
-                height=img.height,
-                width=img.width,
+                hash=a.hash,
+                height=a.height,
+                width=a.width,
                 resized_height=it.resized_size[0],
                 resized_width=it.resized_size[1],
                 encoded_bytes=len(images[i]),
@@ -163,7 +191,7 @@ class Preprocessor:
                 structural_range=applied.structural_ranges[i],
                 patch_ranges=applied.patch_ranges[i],
             )
-            for i, ((h, img, _plan, _ms), it) in enumerate(zip(admitted, items))
+            for i, (a, it) in enumerate(zip(admitted, items))
         ]
         t3 = time.perf_counter()
         return PreprocessOutput(
@@ -177,14 +205,27 @@ class Preprocessor:
             rope_delta=pos[1] if pos is not None else None,
             raw_images=[bytes(b) if not isinstance(b, bytes) else b for b in images],
             timings_ms={
-                "decode_ms": sum(a[3] for a in admitted),
+                "decode_ms": sum(a.decode_ms for a in admitted),
                 "admit_ms": (t1 - t0) * 1e3,
                 "process_ms": (t2 - t1) * 1e3,
                 "layout_ms": (t3 - t2) * 1e3,
                 "total_ms": (t3 - t0) * 1e3,
             },
-            item_timings_ms=[{"decode_ms": a[3], "process_ms": p[1]} for a, p in zip(admitted, processed)],
+            item_timings_ms=[
+                {"decode_ms": a.decode_ms, "process_ms": p[1], "cached": a.cached is not None}
+                for a, p in zip(admitted, processed)
+            ],
         )
+
+    def _cache_entry(self, a: "_Admitted", item: ProcessedItem, batch, slot) -> CachedItem:
+        """The item as a single-image batch: the request's own arrays when it had one
+        image (no copy), else a copy of its slot into a fresh single-image batch."""
+        if batch is None:
+            shape, (single_slot,) = self.family.batch_shape([a.plan])
+            batch = (np.zeros if self.family.pads_batch else np.empty)(shape, dtype=np.float32)
+            batch[single_slot] = item.feature
+            slot = single_slot
+        return CachedItem(a.height, a.width, a.plan, batch, slot, item.aux, item.geometry, item.resized_size)
 
     def _fan_out(self, fn: Callable[[int], R], indices, cancel: threading.Event | None) -> list[R]:
         """The one place that decides threading. Errors: the lowest failing index wins."""
@@ -201,6 +242,17 @@ class Preprocessor:
         if first_error is not None:
             raise first_error
         return results
+
+
+@dataclass
+class _Admitted:
+    hash: str
+    height: int
+    width: int
+    plan: ItemPlan
+    image: DecodedImage | None  # None on a cache hit
+    cached: CachedItem | None
+    decode_ms: float
 
 
 def _guard(fn: Callable[[int], R], i: int, cancel: threading.Event | None) -> R:

@@ -20,8 +20,10 @@ from grpc_reflection.v1alpha import reflection
 
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from .config import preset_names
-from .driver import Preprocessor, default_threads
+from .cache import PreprocessCache
+from .driver import DEFAULT_CACHE_BYTES, Preprocessor, default_threads
 from .media import FetchPolicy, MediaFetcher
+from .media.decode import DEFAULT_MAX_PIXELS
 from .servicer import SERVICE_NAME, PreprocessorServicer
 from .store import HandleStore
 
@@ -48,8 +50,13 @@ class ServerConfig:
     store_items: int = 4096
     handle_ttl_s: float = 120.0
     grace_s: float = 30.0
-    # What image sources may be fetched (domains, local root, limits, timeouts).
+    # What image sources may be fetched (domains, local root, limits, timeouts). Its
+    # max_items is also every model's images-per-request limit.
     fetch_policy: FetchPolicy | None = None  # None: FetchPolicy.from_env()
+    # Largest width x height decoded (checked from the image header, before decoding).
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+    # Preprocessed images kept for repeats, shared by all models (0 disables).
+    cache_bytes: int = DEFAULT_CACHE_BYTES
 
 
 class Server:
@@ -65,6 +72,7 @@ class Server:
         self.health = HealthServicer()
         self.port: int | None = None
         self.preprocessors: dict[str, Preprocessor] = {}
+        self.cache = PreprocessCache(config.cache_bytes) if config.cache_bytes > 0 else None
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
 
@@ -115,7 +123,14 @@ class Server:
         log.info("serving %s", ", ".join(self.preprocessors))
 
     def _load_one(self, spec: str) -> Preprocessor:
-        pp = Preprocessor.from_model(spec, threads=self.workers)
+        pp = Preprocessor.from_model(
+            spec,
+            threads=self.workers,
+            max_images=self.fetcher.policy.max_items,
+            max_image_pixels=self.config.max_image_pixels,
+            cache_bytes=0,
+            cache=self.cache,
+        )
         pp.warmup()
         log.info("loaded %s (%s)", pp.name, pp.info["family"])
         return pp

@@ -83,5 +83,10 @@ class Family:
     def token_ids(self) -> dict[str, int]:
         return {"image": self.image_token_id}
 
+    def fingerprint(self) -> str:
+        """Everything that decides this family's output for given image bytes (the
+        resolved config is a frozen dataclass, so its repr is complete and stable)."""
+        return f"{type(self).__module__}.{type(self).__name__}:{getattr(self, 'config', None)!r}"
+
     def warmup(self) -> None:
         """Run every kernel once so no request pays for compilation."""

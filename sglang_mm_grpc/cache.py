@@ -1,0 +1,97 @@
+"""The preprocessing cache: a repeated image skips decode and pixel work.
+
+Chat clients resend every earlier image on each turn, so the same bytes come back for
+the same model again and again. Entries are keyed by (blake3 of the encoded bytes,
+the model's resolved spec), so anything that changes the output changes the key.
+Bounded in bytes with LRU eviction; thread-safe. Cached arrays are read-only and may
+be handed out as is (a single-image request returns the cached tensor itself).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .families import ItemPlan
+
+
+@dataclass(frozen=True)
+class CachedItem:
+    """One image's outputs, laid out as a single-image batch (``pixel_values[slot]`` is
+    the item's features) so a one-image request can reuse the arrays without a copy."""
+
+    height: int
+    width: int
+    plan: ItemPlan
+    pixel_values: np.ndarray
+    slot: tuple
+    aux: dict[str, np.ndarray]
+    geometry: tuple
+    resized_size: tuple[int, int]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    items: int = 0
+    bytes: int = 0
+    max_bytes: int = 0
+    too_large: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class PreprocessCache:
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], CachedItem] = OrderedDict()
+        self._bytes = 0
+        self._stats = CacheStats(max_bytes=self.max_bytes)
+
+    def get(self, key: tuple[str, str]) -> CachedItem | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self._stats.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self._stats.hits += 1
+            return entry
+
+    def put(self, key: tuple[str, str], item: CachedItem) -> None:
+        for a in (item.pixel_values, *item.aux.values()):
+            a.flags.writeable = False
+        nbytes = item.nbytes
+        with self._lock:
+            if nbytes > self.max_bytes:
+                self._stats.too_large += 1
+                return
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            while self._entries and self._bytes + nbytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+                self._stats.evictions += 1
+            self._entries[key] = item
+            self._bytes += nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def stats(self) -> CacheStats:
+        with self._lock:
+            s = self._stats
+            return CacheStats(s.hits, s.misses, s.evictions, len(self._entries), self._bytes, self.max_bytes, s.too_large)

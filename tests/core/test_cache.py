@@ -1,0 +1,72 @@
+"""The preprocessing cache: hits are bit-identical to fresh work, keyed by bytes and spec,
+bounded in bytes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import imagegen
+from sglang_mm_grpc import Preprocessor
+
+QWEN = "Qwen/Qwen2-VL-7B-Instruct"
+A, B, C = imagegen.png(300, 500, seed=1), imagegen.jpeg(480, 640, seed=2), imagegen.png(61, 87, seed=3)
+
+
+def same(x, y):
+    assert np.array_equal(x.input_ids, y.input_ids)
+    assert np.array_equal(x.pixel_values, y.pixel_values)
+    assert x.tensors.keys() == y.tensors.keys()
+    for k in x.tensors:
+        assert np.array_equal(x.tensors[k], y.tensors[k])
+    assert x.images == y.images
+    assert np.array_equal(x.positions, y.positions) and x.rope_delta == y.rope_delta
+
+
+@pytest.mark.parametrize("model", [QWEN, "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-community/pixtral-12b"])
+def test_hits_equal_fresh_work(model):
+    cached = Preprocessor.from_model(model)
+    fresh = Preprocessor.from_model(model, cache_bytes=0)
+    assert fresh.cache is None
+    first = cached.preprocess([A])
+    again = cached.preprocess([A])
+    assert [t["cached"] for t in again.item_timings_ms] == [True]
+    assert again.pixel_values is first.pixel_values  # one image: the cached tensor itself
+    assert not again.pixel_values.flags.writeable
+    same(again, fresh.preprocess([A]))
+    # mixed hits and misses, in any order, with padding between slots
+    for batch in ([B, A], [A, C, B], [C, C]):
+        out = cached.preprocess(batch)
+        same(out, fresh.preprocess(batch))
+    assert cached.cache.stats.hits >= 5
+
+
+def test_key_includes_the_model_spec(tmp_path):
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 50000}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    small = Preprocessor.from_model(str(tmp_path))
+    default = Preprocessor.from_model(QWEN)
+    assert small.spec_key != default.spec_key
+    a, b = small.preprocess([B]), default.preprocess([B])
+    assert a.pixel_values.shape != b.pixel_values.shape
+
+
+def test_bounded_in_bytes():
+    one = Preprocessor.from_model(QWEN, cache_bytes=0).preprocess([A]).pixel_values.nbytes
+    pp = Preprocessor.from_model(QWEN, cache_bytes=int(one * 2.5))
+    raws = [imagegen.png(300, 500, seed=s) for s in range(6)]
+    for r in raws:
+        pp.preprocess([r])
+    stats = pp.cache.stats
+    assert stats.bytes <= stats.max_bytes and stats.items == 2 and stats.evictions == 4
+    assert [t["cached"] for t in pp.preprocess([raws[-1]]).item_timings_ms] == [True]
+    assert [t["cached"] for t in pp.preprocess([raws[0]]).item_timings_ms] == [False]
+
+
+def test_oversized_items_are_not_cached():
+    pp = Preprocessor.from_model(QWEN, cache_bytes=1000)
+    pp.preprocess([A])
+    pp.preprocess([A])
+    assert pp.cache.stats.items == 0 and pp.cache.stats.too_large == 2
