@@ -1,0 +1,418 @@
+"""Benchmarks, side by side with the HF processors and the cost floor, in one run.
+
+    sglang-mm-grpc bench [--quick] [--json out.json] [--chart out.png]
+
+Sections (each prints its table; all numbers are medians of repeated runs):
+  inprocess  per model and image: Pillow decode, writing the output once (a fresh
+             tensor), ours, ours after decode, HF's PIL and torchvision processors
+             (when installed); ratios ours/floor and HF/ours. One thread.
+  server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process;
+             throughput with 8 concurrent clients on 1 core vs 2 cores.
+  startup    time to SERVING with a warm and a cold numba cache; 1st vs 10th request.
+  cache      a repeated 1920x1080 image through the server vs its first time.
+  memory     peak RSS a request adds vs the size of its output tensors.
+Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGES = ["640x480", "1280x720", "1920x1080", "4032x3024", "2560x1440:png"]
+MODELS = ["Qwen/Qwen2-VL-7B-Instruct", "llava-hf/llava-v1.6-mistral-7b-hf", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+def make_image(spec: str) -> bytes:
+    """``WxH`` (JPEG q90) or ``WxH:png``: smooth content with sensor-like noise."""
+    dims, _, fmt = spec.partition(":")
+    w, h = map(int, dims.split("x"))
+    rng = np.random.default_rng(w * 31 + h)
+    y = np.linspace(0, 1, h, dtype=np.float32)[:, None, None]
+    x = np.linspace(0, 1, w, dtype=np.float32)[None, :, None]
+    a = 127.5 + 100 * np.sin(7 * x + 5 * y + rng.uniform(0, 6.28, (1, 1, 3)).astype(np.float32))
+    a = np.clip(a + 12 * rng.standard_normal((h, w, 3), dtype=np.float32), 0, 255).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(a).save(b, "PNG" if fmt == "png" else "JPEG", **({} if fmt == "png" else {"quality": 90}))
+    return b.getvalue()
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+# -- references -------------------------------------------------------------------------
+
+
+def _hf_processors(model: str):
+    """(PIL-backend, torchvision-backend) HF image processors for a preset, each or None."""
+    try:
+        import logging
+
+        import transformers
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+    except ImportError:
+        return None, None
+    from .config import resolve
+
+    src = resolve(model)
+    cfg = {k: v for k, v in src.preprocessor_config.items() if k not in ("processor_class",)}
+    kind = str(cfg.pop("image_processor_type", "")).removesuffix("Fast").removesuffix("Pil")
+    if not kind:
+        return None, None
+    pil = getattr(transformers, kind + "Pil", None)
+    tv = getattr(transformers, kind, None)
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        tv = None
+
+    def build(cls):
+        try:
+            return cls(**cfg) if cls is not None else None
+        except Exception:
+            return None
+
+    return build(pil), build(tv)
+
+
+def _run_hf(proc, raw: bytes):
+    return proc(ImageOps.exif_transpose(Image.open(io.BytesIO(raw))), return_tensors="np")
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+def bench_inprocess(models, images, repeat) -> list[dict]:
+    from . import Preprocessor
+    from .config import preset_names
+    from .media.decode import decode_image
+
+    rows = []
+    for model in models:
+        if model not in preset_names():
+            print(f"  (skipping {model}: not a preset here)")
+            continue
+        pp = Preprocessor.from_model(model, cache_bytes=0)
+        pp.warmup()
+        hf_pil, hf_tv = _hf_processors(model)
+        for spec in images:
+            raw = make_image(spec)
+            out = pp.preprocess([raw])
+            shape = out.pixel_values.shape
+            img = decode_image(raw, item=0)
+            plan = pp.family.plan(img.height, img.width, 0)
+            bshape, slots = pp.family.batch_shape([plan])
+            buf = np.zeros(bshape, np.float32)
+
+            def decode():
+                im = Image.open(io.BytesIO(raw))
+                im.load()
+                if im.mode != "RGB":
+                    im.convert("RGB")
+
+            row = {
+                "model": model, "image": spec, "bytes": len(raw), "output": list(shape),
+                "decode_ms": median_ms(decode, repeat),
+                "write_ms": median_ms(lambda: np.empty(shape, np.float32).fill(1.0), repeat),
+                "ours_ms": median_ms(lambda: pp.preprocess([raw]), repeat),
+                "post_decode_ms": median_ms(lambda: pp.family.process_item(img, plan, buf[slots[0]]), repeat),
+            }
+            slow = max(3, repeat // 4)
+            if hf_pil is not None:
+                row["hf_pil_ms"] = median_ms(lambda: _run_hf(hf_pil, raw), slow)
+            if hf_tv is not None:
+                row["hf_tv_ms"] = median_ms(lambda: _run_hf(hf_tv, raw), slow)
+            row["floor_ms"] = row["decode_ms"] + row["write_ms"]
+            row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
+            for k in ("hf_pil", "hf_tv"):
+                if f"{k}_ms" in row:
+                    row[f"speedup_vs_{k}"] = row[f"{k}_ms"] / row["ours_ms"]
+            rows.append(row)
+            print(_inprocess_line(row), flush=True)
+    return rows
+
+
+INPROCESS_HEADER = (f"{'model':<26} {'image':<14} {'decode':>7} {'write':>6} {'ours':>7} {'post':>6} "
+                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6}")
+
+
+def _inprocess_line(r: dict) -> str:
+    def f(key, width, fmt="{:.1f}"):
+        return (fmt.format(r[key]) if key in r else "-").rjust(width)
+
+    return (f"{r['model'].split('/')[-1][:26]:<26} {r['image']:<14} {f('decode_ms', 7)} {f('write_ms', 6)} "
+            f"{f('ours_ms', 7)} {f('post_decode_ms', 6, '{:.2f}')} {f('hf_pil_ms', 7)} {f('hf_tv_ms', 7)} "
+            f"{f('ours_over_floor', 7, '{:.2f}x')} {f('speedup_vs_hf_pil', 6, '{:.1f}x')} {f('speedup_vs_hf_tv', 6, '{:.1f}x')}")
+
+
+class _Server:
+    """A server subprocess on a free 127.0.0.1 port, optionally pinned to some cores."""
+
+    def __init__(self, *args: str, cores: str | None = None, env: dict | None = None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.target = f"127.0.0.1:{self.port}"
+        argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), *args, "--log-level", "WARNING"]
+        if cores and shutil.which("taskset"):
+            argv = ["taskset", "-c", cores, *argv]
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait_serving(self, timeout: float = 300) -> float:
+        from .client import Client
+
+        with Client(self.target) as c:
+            c.wait_until_serving(timeout)
+        return time.perf_counter() - self.t0
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _two_phase(client, raw: bytes, backend: str = "vllm"):
+    r = client.preprocess(SERVER_MODEL, [raw])
+    client.assemble(r.handle, backend, release=True)
+
+
+def bench_server(repeat: int, seconds: float) -> dict:
+    from . import Preprocessor
+    from .client import Client
+
+    raw = make_image("1280x720")
+    pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
+    pp.warmup()
+    inproc = median_ms(lambda: pp.preprocess([raw]), repeat)
+    out: dict = {"image": "1280x720", "inprocess_ms": inproc}
+    srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0")
+    try:
+        srv.wait_serving()
+        with Client(srv.target) as c:
+            out["p50_ms"] = median_ms(lambda: _two_phase(c, raw), repeat)
+    finally:
+        srv.stop()
+    out["p50_over_inprocess"] = out["p50_ms"] / inproc
+    print(f"  Preprocess+Assemble(vLLM) p50 {out['p50_ms']:.1f} ms vs in-process {inproc:.1f} ms "
+          f"= {out['p50_over_inprocess']:.2f}x", flush=True)
+    for cores, workers in (("0", 1), ("0,1", 2)):
+        srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0", "--workers", str(workers), cores=cores)
+        try:
+            srv.wait_serving()
+            out[f"throughput_{workers}core_rps"] = _throughput(srv.target, raw, clients=8, seconds=seconds)
+        finally:
+            srv.stop()
+    out["scaling_2_over_1"] = out["throughput_2core_rps"] / out["throughput_1core_rps"]
+    print(f"  8 clients: {out['throughput_1core_rps']:.1f} req/s on 1 core, {out['throughput_2core_rps']:.1f} on 2 "
+          f"= {out['scaling_2_over_1']:.2f}x", flush=True)
+    return out
+
+
+def _throughput(target: str, raw: bytes, clients: int, seconds: float) -> float:
+    from .client import Client
+
+    stop = time.perf_counter() + seconds
+    counts = [0] * clients
+
+    def worker(i: int) -> None:
+        with Client(target) as c:
+            _two_phase(c, raw)  # connect + warm outside the window
+            while time.perf_counter() < stop:
+                _two_phase(c, raw)
+                counts[i] += 1
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as ex:
+        list(ex.map(worker, range(clients)))
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def bench_startup() -> dict:
+    from .client import Client
+
+    raw = make_image("1280x720")
+    out = {}
+    with tempfile.TemporaryDirectory() as cold_cache:
+        for label, env in (("cold", {"NUMBA_CACHE_DIR": cold_cache}), ("warm", {"NUMBA_CACHE_DIR": cold_cache})):
+            srv = _Server(env=env)
+            try:
+                out[f"serving_{label}_s"] = srv.wait_serving()
+                if label == "warm":
+                    with Client(srv.target) as c:
+                        times = []
+                        for _ in range(10):
+                            t0 = time.perf_counter()
+                            _two_phase(c, raw)
+                            times.append((time.perf_counter() - t0) * 1e3)
+                    out["first_request_ms"], out["tenth_request_ms"] = times[0], times[-1]
+            finally:
+                srv.stop()
+    print(f"  SERVING (all presets): cold numba cache {out['serving_cold_s']:.1f} s, warm {out['serving_warm_s']:.1f} s; "
+          f"1st request {out['first_request_ms']:.1f} ms, 10th {out['tenth_request_ms']:.1f} ms", flush=True)
+    return out
+
+
+def bench_cache(repeat: int) -> dict:
+    from .client import Client
+
+    srv = _Server("--model", SERVER_MODEL)
+    out = {"image": "1920x1080"}
+    try:
+        srv.wait_serving()
+        with Client(srv.target) as c:
+            c.preprocess(SERVER_MODEL, [make_image("640x480")])  # connection warm-up
+            firsts, repeats = [], []
+            for k in range(max(3, repeat // 3)):
+                raw = make_image("1920x1080")[:-2] + bytes([k, 0xD9])  # new bytes: a miss
+                t0 = time.perf_counter()
+                c.release(c.preprocess(SERVER_MODEL, [raw]).handle)
+                firsts.append((time.perf_counter() - t0) * 1e3)
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    c.release(c.preprocess(SERVER_MODEL, [raw]).handle)
+                    repeats.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        srv.stop()
+    out["first_ms"], out["repeat_ms"] = statistics.median(firsts), statistics.median(repeats)
+    out["repeat_fraction"] = out["repeat_ms"] / out["first_ms"]
+    print(f"  repeated 1920x1080 through the server: first {out['first_ms']:.1f} ms, repeat {out['repeat_ms']:.2f} ms "
+          f"= {100 * out['repeat_fraction']:.1f}%", flush=True)
+    return out
+
+
+_MEMORY_PROBE = """
+import resource, sys, numpy as np
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc.bench import make_image
+pp = Preprocessor.from_model(sys.argv[1], cache_bytes=0); pp.warmup()
+raw = make_image(sys.argv[2])
+pp.preprocess([make_image('64x64')])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = pp.preprocess([raw])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+size = out.pixel_values.nbytes + sum(t.nbytes for t in out.tensors.values())
+print((after - before) * 1024, size)
+"""
+
+
+def bench_memory(models) -> list[dict]:
+    rows = []
+    for model in models:
+        for spec in ("1920x1080", "4032x3024"):
+            res = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, model, spec], capture_output=True, text=True)
+            if res.returncode != 0:
+                print(f"  {model} {spec}: probe failed: {res.stderr.strip().splitlines()[-1:]}")
+                continue
+            added, size = map(int, res.stdout.split())
+            rows.append({"model": model, "image": spec, "rss_added_mb": added / 2**20, "output_mb": size / 2**20,
+                         "ratio": added / size})
+            print(f"  {model.split('/')[-1]:<26} {spec:<10} peak RSS +{added / 2**20:.0f} MB for "
+                  f"{size / 2**20:.0f} MB of output = {added / size:.2f}x", flush=True)
+    return rows
+
+
+def chart(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['model'].split('/')[-1][:14]}\n{r['image']}" for r in rows]
+    series = [("floor", "floor_ms"), ("ours", "ours_ms"), ("HF PIL", "hf_pil_ms"), ("HF torchvision", "hf_tv_ms")]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.1), 4.5))
+    width = 0.2
+    for k, (name, key) in enumerate(series):
+        vals = [r.get(key, 0) for r in rows]
+        ax.bar(np.arange(len(rows)) + (k - 1.5) * width, vals, width, label=name)
+    ax.set_xticks(np.arange(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("ms per image (median, 1 thread)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("sglang-mm-grpc vs HF image processors")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="sglang-mm-grpc bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "memory"],
+                    choices=["inprocess", "server", "startup", "cache", "memory"])
+    ap.add_argument("--model", action="append", help=f"preset (repeatable; default {', '.join(MODELS)})")
+    ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png] (default: %(default)s)")
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--seconds", type=float, default=10.0, help="throughput window per server")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and shorter windows")
+    ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--chart", help="write a PNG chart of the in-process table here (needs matplotlib)")
+    args = ap.parse_args(argv)
+    repeat = 5 if args.quick else args.repeat
+    seconds = 4.0 if args.quick else args.seconds
+    models = args.model or MODELS
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+    if "inprocess" in args.sections:
+        print("in-process, one thread, ms (median); floor = decode + write; /floor = ours / floor; x = HF / ours")
+        print(INPROCESS_HEADER)
+        results["inprocess"] = bench_inprocess(models, args.images, repeat)
+    if "server" in args.sections:
+        print("through the server (127.0.0.1)")
+        results["server"] = bench_server(repeat, seconds)
+    if "startup" in args.sections:
+        print("start-up")
+        results["startup"] = bench_startup()
+    if "cache" in args.sections:
+        print("preprocessing cache")
+        results["cache"] = bench_cache(repeat)
+    if "memory" in args.sections:
+        print("memory")
+        results["memory"] = bench_memory(models)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.chart and results.get("inprocess"):
+        try:
+            chart(results["inprocess"], args.chart)
+        except ImportError:
+            print("(no chart: matplotlib is not installed; pip install 'sglang-mm-grpc[bench]')")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
