@@ -5,7 +5,7 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 
 from __future__ import annotations
 
-from . import llava, llava_next, pixtral, qwen_vl
+from . import llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
 from .base import Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
@@ -18,6 +18,9 @@ FAMILIES = [
     ("llava_next", llava_next.matches,
      lambda pp, cfg, proc: llava_next.LlavaNext(llava_next.config_from_hf(pp, cfg, proc))),
     ("llava", llava.matches, lambda pp, cfg, proc: llava.Llava(llava.config_from_hf(pp, cfg, proc))),
+    ("phi4_multimodal", phi4mm.matches,
+     lambda pp, cfg, proc: phi4mm.Phi4Multimodal(phi4mm.config_from_hf(pp, cfg, proc))),
+    ("phi3_v", phi3v.matches, lambda pp, cfg, proc: phi3v.Phi3V(phi3v.config_from_hf(pp, cfg, proc))),
 ]
 
 

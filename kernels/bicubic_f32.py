@@ -1,0 +1,196 @@
+"""float32 bicubic resize, bit-exact with torch's CPU ``F.interpolate(mode="bicubic",
+align_corners=False, antialias=False)``.
+
+Phi-3-vision and Phi-4-multimodal make their global image this way from the already
+normalized HD image. torch's generic kernel (``UpSampleKernel.cpp``: ``HelperInterpCubic``
+weights, ``Interpolate`` recursion, height outer, width inner) is compiled with
+floating-point contraction, so its x86-64 builds (AVX2 / AVX512 dispatch) fuse
+multiply-adds in fixed places; matching them needs the same fused operations:
+
+* source coordinate ``fma(scale, i + 0.5, -0.5)``, ``scale = float32(in) / out``;
+* Keys weights (A = -0.75) for ``t``, ``1 - t`` and their ``+ 1`` neighbours, with
+  the first two steps of ``((A x - 5A) x + 8A) x - 4A`` fused and the last one not,
+  and the last step of ``((A + 2) x - (A + 3)) x x + 1`` not fused (its first step
+  is taken fused: no size pair up to 200 x 200 reaches a ``t`` where that matters);
+* per axis ``fma(v0, w0, v1 * w1)``, then ``fma(v2, w2, .)``, ``fma(v3, w3, .)``:
+  first along the width for each of the 4 source rows, then across them.
+
+Taps are clamped to the border. No clamping of values, float32 throughout.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+A = np.float32(-0.75)
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """Fused ``a * b + c`` in float32, rounded once (LLVM's ``llvm.fma.f32``)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        f = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f, [f, f, f]), "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _cubic1(x):
+    """Keys for |x| <= 1: ``((A + 2) x - (A + 3)) x x + 1``."""
+    a = np.float32(-0.75)
+    p = fma32(a + np.float32(2.0), x, -(a + np.float32(3.0)))
+    return (p * x) * x + np.float32(1.0)
+
+
+@numba.njit(nogil=True, cache=True)
+def _cubic2(x):
+    """Keys for 1 < |x| < 2: ``((A x - 5A) x + 8A) x - 4A``."""
+    a = np.float32(-0.75)
+    p = fma32(a, x, np.float32(-5.0) * a)
+    q = fma32(p, x, np.float32(8.0) * a)
+    return q * x - np.float32(4.0) * a
+
+
+@numba.njit(nogil=True, cache=True)
+def cubic_taps(in_size, out_size):
+    """(int64 [out, 4] clamped source indices, float32 [out, 4] weights) for one axis."""
+    idx = np.empty((out_size, 4), np.int64)
+    w = np.empty((out_size, 4), np.float32)
+    scale = np.float32(in_size) / np.float32(out_size)
+    for i in range(out_size):
+        src = fma32(scale, np.float32(i) + np.float32(0.5), np.float32(-0.5))
+        f = np.floor(src)
+        t = src - f
+        t2 = np.float32(1.0) - t
+        w[i, 0] = _cubic2(t + np.float32(1.0))
+        w[i, 1] = _cubic1(t)
+        w[i, 2] = _cubic1(t2)
+        w[i, 3] = _cubic2(t2 + np.float32(1.0))
+        base = np.int64(f) - 1
+        for k in range(4):
+            idx[i, k] = min(max(base + k, 0), in_size - 1)
+    return idx, w
+
+
+@numba.njit(nogil=True, cache=True)
+def _taps4(v0, v1, v2, v3, w):
+    return fma32(v3, w[3], fma32(v2, w[2], fma32(v0, w[0], v1 * w[1])))
+
+
+@numba.njit(nogil=True, cache=True)
+def bicubic_chw(src, iy, wy, ix, wx, out):
+    """``out[c, y, x]`` from float32 ``src`` [C, H, W] through the per-axis taps; ``out``
+    float32 [C, oh, ow], possibly a view into a larger tensor."""
+    channels = src.shape[0]
+    oh, ow = iy.shape[0], ix.shape[0]
+    for c in range(channels):
+        plane = src[c]
+        dst = out[c]
+        for y in range(oh):
+            r0 = plane[iy[y, 0]]
+            r1 = plane[iy[y, 1]]
+            r2 = plane[iy[y, 2]]
+            r3 = plane[iy[y, 3]]
+            wyy = wy[y]
+            orow = dst[y]
+            for x in range(ow):
+                i0, i1, i2, i3 = ix[x, 0], ix[x, 1], ix[x, 2], ix[x, 3]
+                wxx = wx[x]
+                t0 = _taps4(r0[i0], r0[i1], r0[i2], r0[i3], wxx)
+                t1 = _taps4(r1[i0], r1[i1], r1[i2], r1[i3], wxx)
+                t2 = _taps4(r2[i0], r2[i1], r2[i2], r2[i3], wxx)
+                t3 = _taps4(r3[i0], r3[i1], r3[i2], r3[i3], wxx)
+                orow[x] = fma32(t3, wyy[3], fma32(t2, wyy[2], fma32(t0, wyy[0], t1 * wyy[1])))
+
+
+def resize_bicubic_f32(src: np.ndarray, out_h: int, out_w: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Python entry: float32 [C, H, W] -> float32 [C, out_h, out_w] (into ``out`` if given)."""
+    if src.ndim != 3 or src.dtype != np.float32:
+        raise ValueError("expected a float32 [C, H, W] array")
+    if out is None:
+        out = np.empty((src.shape[0], out_h, out_w), np.float32)
+    if out.dtype != np.float32 or out.shape != (src.shape[0], out_h, out_w):
+        raise ValueError(f"out must be float32 {(src.shape[0], out_h, out_w)}, got {out.dtype} {out.shape}")
+    iy, wy = cubic_taps(src.shape[1], out_h)
+    ix, wx = cubic_taps(src.shape[2], out_w)
+    bicubic_chw(src, iy, wy, ix, wx, out)
+    return out
+
+
+
+
+@numba.njit(nogil=True, cache=True)
+def _canvas_value(img, table, pad, sy, sx, c):
+    if sy < 0 or sy >= img.shape[0] or sx < 0 or sx >= img.shape[1]:
+        return pad
+    return table[img[sy, sx, c]]
+
+
+@numba.njit(nogil=True, cache=True)
+def bicubic_window_lut(img, top, left, lut, fill, iy, wy, ix, wx, out):
+    """The bicubic resize of a canvas that is never built: ``img`` uint8 [H, W, C] placed
+    at (``top``, ``left``) on a ``fill`` background, each value read through ``lut``
+    (float32 [C, 256], the normalize table). ``iy``/``ix`` index the canvas; ``out``
+    float32 [C, oh, ow]. Equals ``bicubic_chw`` of the normalized canvas bit for bit."""
+    channels = img.shape[2]
+    oh, ow = iy.shape[0], ix.shape[0]
+    for c in range(channels):
+        table = lut[c]
+        pad = table[fill[c]]
+        dst = out[c]
+        for y in range(oh):
+            wyy = wy[y]
+            orow = dst[y]
+            s0, s1, s2, s3 = iy[y, 0] - top, iy[y, 1] - top, iy[y, 2] - top, iy[y, 3] - top
+            for x in range(ow):
+                wxx = wx[x]
+                x0, x1, x2, x3 = ix[x, 0] - left, ix[x, 1] - left, ix[x, 2] - left, ix[x, 3] - left
+                t0 = _taps4(_canvas_value(img, table, pad, s0, x0, c), _canvas_value(img, table, pad, s0, x1, c),
+                            _canvas_value(img, table, pad, s0, x2, c), _canvas_value(img, table, pad, s0, x3, c), wxx)
+                t1 = _taps4(_canvas_value(img, table, pad, s1, x0, c), _canvas_value(img, table, pad, s1, x1, c),
+                            _canvas_value(img, table, pad, s1, x2, c), _canvas_value(img, table, pad, s1, x3, c), wxx)
+                t2 = _taps4(_canvas_value(img, table, pad, s2, x0, c), _canvas_value(img, table, pad, s2, x1, c),
+                            _canvas_value(img, table, pad, s2, x2, c), _canvas_value(img, table, pad, s2, x3, c), wxx)
+                t3 = _taps4(_canvas_value(img, table, pad, s3, x0, c), _canvas_value(img, table, pad, s3, x1, c),
+                            _canvas_value(img, table, pad, s3, x2, c), _canvas_value(img, table, pad, s3, x3, c), wxx)
+                orow[x] = fma32(t3, wyy[3], fma32(t2, wyy[2], fma32(t0, wyy[0], t1 * wyy[1])))
+
+
+def resize_canvas_bicubic(
+    img: np.ndarray, top: int, left: int, canvas_h: int, canvas_w: int, lut: np.ndarray, out: np.ndarray, fill=0
+) -> np.ndarray:
+    """Python entry for ``bicubic_window_lut``: the canvas is ``canvas_h`` x ``canvas_w``;
+    ``out`` float32 [C, oh, ow] (a slot view is fine); ``fill`` one uint8 or one per channel."""
+    if img.ndim != 3 or img.dtype != np.uint8:
+        raise ValueError("expected a uint8 [H, W, C] image")
+    channels = img.shape[2]
+    if out.dtype != np.float32 or out.ndim != 3 or out.shape[0] != channels:
+        raise ValueError(f"out must be float32 [{channels}, oh, ow], got {out.dtype} {out.shape}")
+    if lut.dtype != np.float32 or lut.shape[0] < channels or lut.shape[1] != 256:
+        raise ValueError("lut must be float32 [C, 256]")
+    iy, wy = cubic_taps(int(canvas_h), out.shape[1])
+    ix, wx = cubic_taps(int(canvas_w), out.shape[2])
+    fills = np.broadcast_to(np.asarray(fill, dtype=np.uint8), (channels,)).copy()
+    bicubic_window_lut(np.ascontiguousarray(img), int(top), int(left), lut, fills, iy, wy, ix, wx, out)
+    return out
+
+
+def warmup() -> None:
+    """Compile (or load from cache) both kernels for contiguous and strided (slot) outputs."""
+    src = np.zeros((3, 9, 7), np.float32)
+    big = np.zeros((2, 3, 4, 5), np.float32)
+    resize_bicubic_f32(src, 4, 5)
+    resize_bicubic_f32(src, 4, 5, big[1])
+    img = np.zeros((5, 6, 3), np.uint8)
+    lut = np.zeros((3, 256), np.float32)
+    resize_canvas_bicubic(img, 1, 0, 9, 7, lut, np.empty((3, 4, 5), np.float32), fill=255)
+    resize_canvas_bicubic(img, 0, 2, 9, 7, lut, big[0], fill=255)

@@ -1,0 +1,279 @@
+"""Phi-4-multimodal images (transformers' ``Phi4MultimodalImageProcessor``, torchvision only).
+
+Per image (``dynamic_preprocess``, S = size, 448): a crop grid of ceil(W/S) x ceil(H/S),
+or, past ``dynamic_hd`` crops, the closest aspect ratio among the grids of at most
+``dynamic_hd`` crops; resize to fit the grid (torchvision antialiased bilinear on
+uint8), pad right and bottom with white, rescale+normalize (torchvision's fused form),
+cut S x S crops in raster order; the global image is the normalized canvas resized to
+S x S (float bicubic, not antialiased) and goes first. The attention mask is one per
+crop, (S/patch)^2, zero over whole padded patches; the global one is all ones. Images
+of a batch are padded to the largest crop count with zero crops whose masks are ones.
+
+Tensors, named as the HF processor returns them and as vLLM's ``phi4_multimodal``
+model reads its kwargs (``image_pixel_values``, ``image_sizes``,
+``image_attention_mask``, ``num_img_tokens``; all batched per image):
+
+* pixel_values [N, max_crops, 3, S, S] float32: HF's ``image_pixel_values``; the wire
+  has one ``pixel_values`` field, which the backend maps to its kwarg (SGLang's
+  phi4mm takes it as the item feature).
+* ``image_sizes`` int64 [N, 2]: the padded canvas (height, width).
+* ``image_attention_mask`` float32 [N, max_crops, S/patch, S/patch]: HF's name, also
+  what vLLM and SGLang read (no backend reads a ``pixel_attention_mask``).
+* ``num_img_tokens`` int64 [N]: the image processor returns it; the HF processor drops
+  it after expanding the prompt, but vLLM's model requires it.
+
+Each placeholder (``<|endoftext10|>``, id 200010, ``vision_config.image_token_id``)
+becomes ``num_img_tokens`` copies of itself, counted as the image processor does:
+256 global tokens, 1 separator, the valid tokens of the crops' 2x-subsampled masks plus
+one newline per row, and 16 global newlines (constants as HF has them).
+
+Only model type ``phi4_multimodal`` is claimed: the older remote-code ``phi4mm``
+processor resizes through PIL and computes different pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..carriers import DecodedImage, ProcessedItem
+from ..errors import invalid
+from ..kernels import bicubic_f32, normalize, window
+from ..layout import Expansion
+from . import hf_keys
+from .base import Family, FieldLayout, ItemPlan
+
+MODEL_TYPES = ("phi4_multimodal",)
+PROCESSOR = "Phi4MultimodalImageProcessor"
+IMAGE_TOKEN_ID = 200010  # <|endoftext10|>
+BICUBIC = 3
+
+
+@lru_cache(maxsize=8)
+def target_ratios(max_num: int, min_num: int = 1) -> tuple[tuple[int, int], ...]:
+    """The candidate grids in HF's order: its set comprehension (CPython's iteration
+    order of that very set decides between equal products), sorted by crop count."""
+    ratios = {
+        (i, j)
+        for n in range(min_num, max_num + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if i * j <= max_num and i * j >= min_num
+    }
+    return tuple(sorted(ratios, key=lambda x: x[0] * x[1]))
+
+
+def closest_aspect_ratio(width: int, height: int, ratios, image_size: int) -> tuple[int, int]:
+    """``find_closest_aspect_ratio``: on a tie, the later grid wins if the image area is
+    over half of that grid's."""
+    aspect = width / height
+    best_diff, best = float("inf"), (1, 1)
+    area = width * height
+    for ratio in ratios:
+        diff = abs(aspect - ratio[0] / ratio[1])
+        if diff < best_diff:
+            best_diff, best = diff, ratio
+        elif diff == best_diff and area > 0.5 * image_size * image_size * ratio[0] * ratio[1]:
+            best = ratio
+    return best
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One image's ``dynamic_preprocess`` outcome."""
+
+    cols: int
+    rows: int
+    new_h: int
+    new_w: int
+    pad_h: int
+    pad_w: int
+
+
+def dynamic_geometry(height: int, width: int, size: int, max_num: int) -> Geometry:
+    """Grid, resized size and padding, with HF's float arithmetic."""
+    w_crops = math.ceil(width / float(size))
+    h_crops = math.ceil(height / float(size))
+    if w_crops * h_crops > max_num:
+        cols, rows = closest_aspect_ratio(width, height, target_ratios(max_num), size)
+    else:
+        cols, rows = w_crops, h_crops
+    tw, th = size * cols, size * rows
+    ratio_w, ratio_h = tw / width, th / height
+    if ratio_w < ratio_h:
+        new_w, new_h = tw, int(height * ratio_w)
+        pad_w, pad_h = 0, th - new_h
+    else:
+        new_w, new_h = int(width * ratio_h), th
+        pad_w, pad_h = tw - new_w, 0
+    return Geometry(cols, rows, new_h, new_w, pad_h, pad_w)
+
+
+def attention_mask(g: Geometry, mask_size: int, patch: int) -> np.ndarray:
+    """float32 [rows*cols, m, m]: the crops' masks in raster order, zero over the last
+    whole patches of padding."""
+    m = np.ones((mask_size * g.rows, mask_size * g.cols), dtype=np.float32)
+    if g.pad_w >= patch:
+        m[:, -math.floor(g.pad_w / patch):] = 0
+    if g.pad_h >= patch:
+        m[-math.floor(g.pad_h / patch):, :] = 0
+    return m.reshape(g.rows, mask_size, g.cols, mask_size).transpose(0, 2, 1, 3).reshape(-1, mask_size, mask_size)
+
+
+def num_img_tokens(crop_masks: np.ndarray, g: Geometry) -> int:
+    """HF's count: each crop mask subsampled [0::2, 0::2], tiled into one grid ``D``;
+    256 + 1 + sum(D) + sum(D[:, 0]) + 16."""
+    sub = crop_masks[:, 0::2, 0::2]
+    k = sub.shape[1]
+    d = sub.reshape(g.rows, g.cols, k, k).transpose(0, 2, 1, 3).reshape(g.rows * k, g.cols * k)
+    return 256 + 1 + int(d.sum()) + int(d[:, 0].sum()) + 16
+
+
+@dataclass(frozen=True)
+class Phi4Config:
+    """The resolved knobs (HF class defaults fill what the files leave out)."""
+
+    size: int = 448
+    patch_size: int = 14
+    dynamic_hd: int = 36
+    image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    rescale_factor: float = 1 / 255
+    do_rescale: bool = True
+    do_normalize: bool = True
+    image_token_id: int = IMAGE_TOKEN_ID
+
+    @property
+    def mask_size(self) -> int:
+        return self.size // self.patch_size
+
+
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> Phi4Config:
+    d = Phi4Config()
+    g = hf_keys.get
+    if not hf_keys.flag(preprocessor, "do_convert_rgb", True):
+        raise hf_keys.ConfigError("do_convert_rgb=false is not supported for the Phi-4-multimodal family")
+    size = hf_keys.size_dict(g(preprocessor, "size", default={"height": d.size, "width": d.size}), "size",
+                             default_to_square=True)
+    if set(size) != {"height", "width"} or size["height"] != size["width"]:
+        raise hf_keys.ConfigError(f"Phi-4-multimodal needs a square size (height = width), got {size}")
+    if hf_keys.resample(preprocessor, BICUBIC) != BICUBIC:
+        raise hf_keys.ConfigError("Phi-4-multimodal's global image is only reproduced with resample 3 (bicubic)")
+    vision = config.get("vision_config") or {}
+    token = g(vision, "image_token_id", default=g(config, "image_token_id", "image_token_index", default=IMAGE_TOKEN_ID))
+    return Phi4Config(
+        size=size["height"],
+        patch_size=hf_keys.as_int(g(preprocessor, "patch_size", default=d.patch_size), "patch_size"),
+        dynamic_hd=hf_keys.as_int(g(preprocessor, "dynamic_hd", default=d.dynamic_hd), "dynamic_hd"),
+        image_mean=hf_keys.triple(g(preprocessor, "image_mean", default=d.image_mean), "image_mean"),
+        image_std=hf_keys.triple(g(preprocessor, "image_std", default=d.image_std), "image_std"),
+        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
+        do_rescale=hf_keys.flag(preprocessor, "do_rescale", True),
+        do_normalize=hf_keys.flag(preprocessor, "do_normalize", True),
+        image_token_id=hf_keys.as_int(token, "image_token_id"),
+    )
+
+
+def matches(preprocessor: dict, config: dict) -> bool:
+    """model_type "phi4_multimodal" (with its image processor, or none named); or, with
+    no model_type, ``Phi4MultimodalImageProcessor`` by name."""
+    kind = str(preprocessor.get("image_processor_type") or "")
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPES:
+        return not kind or kind.startswith(PROCESSOR)
+    return model_type is None and kind.startswith(PROCESSOR)
+
+
+class Phi4Multimodal(Family):
+    name = "phi4_multimodal"
+    reference_processor = "Phi4MultimodalImageProcessor (torchvision)"
+    pads_batch = True
+
+    def __init__(self, config: Phi4Config):
+        self.config = config
+        self.image_token_id = config.image_token_id
+        self.field_layout = FieldLayout(
+            batched=("pixel_values", "image_sizes", "image_attention_mask", "num_img_tokens"))
+        self._lut = normalize.torchvision_backend_lut(
+            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
+
+    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+        c = self.config
+        g = dynamic_geometry(height, width, c.size, c.dynamic_hd)
+        th, tw = c.size * g.rows, c.size * g.cols
+        if min(g.new_h, th) < 10 or min(g.new_w, tw) < 10:
+            raise invalid(f"{height}x{width} image: the aspect ratio is too extreme "
+                          f"(resized to {g.new_h}x{g.new_w}, under 10 pixels)", item=item)
+        masks = attention_mask(g, c.mask_size, c.patch_size)
+        tokens = num_img_tokens(masks, g)
+        return ItemPlan((g.new_h, g.new_w), (1 + g.rows * g.cols, 3, c.size, c.size),
+                        (tokens, g.rows, g.cols, g.pad_h, g.pad_w))
+
+    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
+        most = max(p.feature_shape[0] for p in plans)
+        shape = (len(plans), most, *plans[0].feature_shape[1:])
+        return shape, [(i, slice(0, p.feature_shape[0])) for i, p in enumerate(plans)]
+
+    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+        c = self.config
+        tokens, rows, cols, pad_h, pad_w = plan.geometry
+        new_h, new_w = plan.resized_size
+        rgb = image.rgb
+        if rgb.shape[:2] != (new_h, new_w):  # tvF.resize returns an image of the same size as is
+            from ..kernels import resample_tv
+
+            rgb = resample_tv.resize_aa_u8(rgb, new_h, new_w, "bilinear")
+        window.tiles_chw(rgb, 0, 0, rows, cols, self._lut, out[1:], fill=255)
+        th, tw = c.size * rows, c.size * cols
+        if (th, tw) == (c.size, c.size):
+            out[0] = out[1]  # the global resize is the identity
+        else:
+            bicubic_f32.resize_canvas_bicubic(rgb, 0, 0, th, tw, self._lut, out[0], fill=255)
+        g = Geometry(cols, rows, new_h, new_w, pad_h, pad_w)
+        masks = np.concatenate([np.ones((1, c.mask_size, c.mask_size), np.float32),
+                                attention_mask(g, c.mask_size, c.patch_size)])
+        aux = {
+            "image_sizes": np.array([[th, tw]], dtype=np.int64),
+            "image_attention_mask": masks[None],
+            "num_img_tokens": np.array([tokens], dtype=np.int64),
+        }
+        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
+
+    def batch_tensors(self, items: list[ProcessedItem]) -> dict[str, np.ndarray]:
+        """As the base, but the masks of images with fewer crops are padded with ones."""
+        most = max(it.aux["image_attention_mask"].shape[1] for it in items)
+        m = self.config.mask_size
+        masks = np.ones((len(items), most, m, m), dtype=np.float32)
+        for i, it in enumerate(items):
+            own = it.aux["image_attention_mask"][0]
+            masks[i, : own.shape[0]] = own
+        return {
+            "image_sizes": np.concatenate([it.aux["image_sizes"] for it in items]),
+            "image_attention_mask": masks,
+            "num_img_tokens": np.concatenate([it.aux["num_img_tokens"] for it in items]),
+        }
+
+    def expansion(self, item: ProcessedItem) -> Expansion:
+        return Expansion.repeat(self.image_token_id, item.geometry[0])
+
+    def warmup(self) -> None:
+        from ..kernels import resample_tv
+
+        if hasattr(resample_tv, "warmup"):
+            resample_tv.warmup()
+        window.warmup()
+        bicubic_f32.warmup()
+        rng = np.random.default_rng(0)
+        s = self.config.size
+        # one crop (its global is a copy), padded grids of either orientation, batched slots
+        for sizes in ([(37, 53)], [(s, s), (300, 2 * s + 5), (4 * s, 11)]):
+            plans = [self.plan(*hw, item=i) for i, hw in enumerate(sizes)]
+            shape, slots = self.batch_shape(plans)
+            batch = np.zeros(shape, np.float32)
+            for hw, plan, slot in zip(sizes, plans, slots):
+                rgb = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
+                rgb.flags.writeable = False
+                self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])
