@@ -25,6 +25,7 @@ DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
 DEFAULT_MAX_PIXELS = 1 << 26
 
 _ORIENTATION = 0x0112
+_CLAIMED = re.compile(r"Image size \((\d+) pixels\)")
 _WIDE_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N", "I;32", "RGB;16", "RGBA;16")
 
 
@@ -50,12 +51,21 @@ def decode_image(
     """Decode one image or raise a PreprocessError naming ``item`` and the cause."""
     if not data:
         raise invalid("empty image data", item=item)
+    _pillow_bomb_limit_at_least(max_pixels)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"image too large to decode: {e}", item=item) from None
+        # Pillow's own header check fired (its limit is never below ours, see above):
+        # name our limit, which is the one the operator configured.
+        m = _CLAIMED.search(str(e))
+        claimed = f"{m.group(1)} pixels" if m else "too many pixels"
+        raise PreprocessError(
+            Code.RESOURCE_EXHAUSTED,
+            f"image header claims {claimed}, over the limit of {max_pixels} (max_image_pixels); not decoded",
+            item=item,
+        ) from None
     except Exception as e:  # Pillow raises many types for garbage input
         raise invalid(f"not a decodable image ({len(data)} bytes): {_reason(e)}", item=item) from None
     fmt = im.format or ""
@@ -67,7 +77,7 @@ def decode_image(
     if width * height > max_pixels:
         raise PreprocessError(
             Code.RESOURCE_EXHAUSTED,
-            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels}",
+            f"image is {width}x{height} = {width * height} pixels, over the limit of {max_pixels} (max_image_pixels)",
             item=item,
         )
     if _wider_than_8_bits(im):
@@ -83,6 +93,16 @@ def decode_image(
     except Exception as e:
         raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
     return DecodedImage(rgb, source_mode, fmt)
+
+
+def _pillow_bomb_limit_at_least(max_pixels: int) -> None:
+    """Pillow refuses in ``Image.open`` anything over ``2 * Image.MAX_IMAGE_PIXELS``
+    (and warns, which we make an error, over ``MAX_IMAGE_PIXELS``). Raise that global,
+    never lower it, so a configured ``max_pixels`` above Pillow's default (89M) is the
+    limit that applies: whenever Pillow's check fires, the image is over ours too."""
+    current = Image.MAX_IMAGE_PIXELS
+    if current is not None and current < max_pixels:
+        Image.MAX_IMAGE_PIXELS = max_pixels
 
 
 def _reason(e: Exception) -> str:

@@ -5,11 +5,14 @@ literals) the address. Direct connections are checked again where the socket is 
 (``transport.PinnedBackend``); a proxied hop's target is resolved here, when it can be,
 and refused if any answer is non-public, since the proxy would otherwise reach it for us.
 The body is capped at ``max_remote_bytes`` (Content-Length first, then counted) and
-charged to the request budget as it arrives.
+charged to the request budget as it arrives. We ask for ``identity``; a server that
+compresses anyway (gzip or deflate) is inflated here in bounded steps, so a small
+compressed body can never expand past the cap in memory; other encodings are refused.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Callable
 
 import httpx
@@ -22,6 +25,9 @@ from .ssrf import AddressRefused, ResolveFailed, Resolver, parse_ip, refusal_rea
 from .transport import Clients
 
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+# Largest piece inflated at once: zlib builds its output in blocks and then joins them,
+# so one step briefly holds twice its size.
+_INFLATE_STEP = 1 << 20
 
 
 def parse_http_url(url: str | httpx.URL) -> httpx.URL:
@@ -60,6 +66,41 @@ def _content_length(response: httpx.Response) -> int | None:
     if not raw.isdigit():
         raise unavailable(f"invalid Content-Length {raw[:40]!r}")
     return int(raw)
+
+
+class _Inflater:
+    """A gzip or deflate (zlib) body, inflated at most ``limit`` bytes per step."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        self._z = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected
+
+    def inflate(self, data: bytes, limit: int) -> tuple[bytes, bytes]:
+        """(output of at most ``limit`` bytes, input not consumed yet)."""
+        if data and self._z.eof:
+            raise unavailable(f"data after the end of the {self.encoding} body")
+        try:
+            out = self._z.decompress(data, limit)
+        except zlib.error as exc:
+            raise unavailable(f"corrupt {self.encoding} body ({exc})") from None
+        if self._z.unused_data:  # e.g. a second gzip member: not silently dropped
+            raise unavailable(f"data after the end of the {self.encoding} body")
+        return out, self._z.unconsumed_tail
+
+    def finish(self) -> None:
+        if not self._z.eof:
+            raise unavailable(f"truncated {self.encoding} body")
+
+
+def _inflater(response: httpx.Response) -> _Inflater | None:
+    """None for an unencoded body; refuses encodings we did not ask for and cannot bound."""
+    raw = response.headers.get("content-encoding", "")
+    codings = [c.strip().lower() for c in raw.split(",") if c.strip() and c.strip().lower() != "identity"]
+    if not codings:
+        return None
+    if len(codings) == 1 and codings[0] in ("gzip", "x-gzip", "deflate"):
+        return _Inflater(codings[0])
+    raise unavailable(f"unsupported Content-Encoding {raw.strip()[:40]!r} (identity was requested)")
 
 
 class HttpFetcher:
@@ -163,16 +204,31 @@ class HttpFetcher:
                 )
             budget.reserve(declared)
             reserved = declared
-        chunks, received = [], 0
-        async for chunk in response.aiter_bytes():
-            received += len(chunk)
-            self._on_bytes(len(chunk))
-            if received > cap:
+        inflater = _inflater(response)
+        chunks, received, wire = [], 0, 0
+        # Raw bytes: httpx would inflate a whole network read at once, unbounded.
+        async for raw in response.aiter_raw():
+            self._on_bytes(len(raw))
+            wire += len(raw)
+            if wire > cap:  # the cap holds for what crosses the wire too (endless empty deflate blocks)
                 raise exhausted("max_remote_bytes", f"body exceeds max_remote_bytes ({human_bytes(cap)})")
-            if received > reserved:
-                budget.reserve(received - reserved)
-                reserved = received
-            chunks.append(chunk)
+            pending, more = raw, True
+            while more:
+                if inflater is None:
+                    chunk, more = pending, False
+                else:
+                    limit = min(cap - received + 1, _INFLATE_STEP)
+                    chunk, pending = inflater.inflate(pending, limit)
+                    more = bool(pending) or len(chunk) == limit  # a full step may leave output in zlib
+                received += len(chunk)
+                if received > cap:
+                    raise exhausted("max_remote_bytes", f"body exceeds max_remote_bytes ({human_bytes(cap)})")
+                if received > reserved:
+                    budget.reserve(received - reserved)
+                    reserved = received
+                chunks.append(chunk)
+        if inflater is not None and received:
+            inflater.finish()
         budget.release(reserved - received)
         if received == 0:
             raise unavailable(f"HTTP {response.status_code} with an empty body")

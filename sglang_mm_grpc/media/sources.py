@@ -47,6 +47,10 @@ class Source:
 
 
 def _clip(text: str) -> str:
+    """Escaped (a client's newline or terminal escape must not reach the server's log or a
+    message raw) and cut to ``_SHOWN`` characters."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "…"
 
 
@@ -135,7 +139,7 @@ def describe(source: object) -> str:
     if match:
         if match.group(1).lower() == "data":
             meta, _, payload = text[5:].partition(",")
-            meta = meta if len(meta) <= 64 else meta[:64] + "…"
+            meta = _clip(meta[:64]) + ("…" if len(meta) > 64 else "")
             return f"data:{meta},…({len(payload)} chars)"
         return redact_url(text)
     if text.startswith("/") and not _looks_like_base64(text):
