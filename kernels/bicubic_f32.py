@@ -81,7 +81,7 @@ def cubic_taps(in_size, out_size):
     return idx, w
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _taps4(v0, v1, v2, v3, w):
     return fma32(v3, w[3], fma32(v2, w[2], fma32(v0, w[0], v1 * w[1])))
 
@@ -89,27 +89,31 @@ def _taps4(v0, v1, v2, v3, w):
 @numba.njit(nogil=True, cache=True)
 def bicubic_chw(src, iy, wy, ix, wx, out):
     """``out[c, y, x]`` from float32 ``src`` [C, H, W] through the per-axis taps; ``out``
-    float32 [C, oh, ow], possibly a view into a larger tensor."""
-    channels = src.shape[0]
+    float32 [C, oh, ow], possibly a view into a larger tensor. Each source row's pass
+    along the width is computed once and reused by every output row that reads it."""
+    channels, h_in = src.shape[0], src.shape[1]
     oh, ow = iy.shape[0], ix.shape[0]
+    used = np.zeros(h_in, np.bool_)
+    for y in range(oh):
+        for k in range(4):
+            used[iy[y, k]] = True
+    rows = np.empty((h_in, ow), np.float32)
     for c in range(channels):
         plane = src[c]
-        dst = out[c]
-        for y in range(oh):
-            r0 = plane[iy[y, 0]]
-            r1 = plane[iy[y, 1]]
-            r2 = plane[iy[y, 2]]
-            r3 = plane[iy[y, 3]]
-            wyy = wy[y]
-            orow = dst[y]
+        for r in range(h_in):
+            if not used[r]:
+                continue
+            line = plane[r]
+            dst = rows[r]
             for x in range(ow):
-                i0, i1, i2, i3 = ix[x, 0], ix[x, 1], ix[x, 2], ix[x, 3]
-                wxx = wx[x]
-                t0 = _taps4(r0[i0], r0[i1], r0[i2], r0[i3], wxx)
-                t1 = _taps4(r1[i0], r1[i1], r1[i2], r1[i3], wxx)
-                t2 = _taps4(r2[i0], r2[i1], r2[i2], r2[i3], wxx)
-                t3 = _taps4(r3[i0], r3[i1], r3[i2], r3[i3], wxx)
-                orow[x] = fma32(t3, wyy[3], fma32(t2, wyy[2], fma32(t0, wyy[0], t1 * wyy[1])))
+                dst[x] = _taps4(line[ix[x, 0]], line[ix[x, 1]], line[ix[x, 2]], line[ix[x, 3]], wx[x])
+        dst_plane = out[c]
+        for y in range(oh):
+            r0, r1, r2, r3 = rows[iy[y, 0]], rows[iy[y, 1]], rows[iy[y, 2]], rows[iy[y, 3]]
+            wyy = wy[y]
+            orow = dst_plane[y]
+            for x in range(ow):
+                orow[x] = fma32(r3[x], wyy[3], fma32(r2[x], wyy[2], fma32(r0[x], wyy[0], r1[x] * wyy[1])))
 
 
 def resize_bicubic_f32(src: np.ndarray, out_h: int, out_w: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -129,40 +133,56 @@ def resize_bicubic_f32(src: np.ndarray, out_h: int, out_w: int, out: np.ndarray 
 
 
 @numba.njit(nogil=True, cache=True)
-def _canvas_value(img, table, pad, sy, sx, c):
-    if sy < 0 or sy >= img.shape[0] or sx < 0 or sx >= img.shape[1]:
-        return pad
-    return table[img[sy, sx, c]]
-
-
-@numba.njit(nogil=True, cache=True)
 def bicubic_window_lut(img, top, left, lut, fill, iy, wy, ix, wx, out):
     """The bicubic resize of a canvas that is never built: ``img`` uint8 [H, W, C] placed
     at (``top``, ``left``) on a ``fill`` background, each value read through ``lut``
     (float32 [C, 256], the normalize table). ``iy``/``ix`` index the canvas; ``out``
-    float32 [C, oh, ow]. Equals ``bicubic_chw`` of the normalized canvas bit for bit."""
-    channels = img.shape[2]
+    float32 [C, oh, ow]. A canvas row's pass along the width is the same for every output
+    row that reads it, so each needed row is computed once (same operations, same bits)."""
+    h_in, w_in, channels = img.shape
     oh, ow = iy.shape[0], ix.shape[0]
+    canvas_h = 0
+    for y in range(oh):
+        canvas_h = max(canvas_h, iy[y, 3] + 1)
+    used = np.zeros(canvas_h, np.bool_)
+    for y in range(oh):
+        for k in range(4):
+            used[iy[y, k]] = True
+    cols = np.empty((ow, 4), np.int64)
+    for x in range(ow):
+        for k in range(4):
+            sx = ix[x, k] - left
+            cols[x, k] = sx if 0 <= sx < w_in else -1
+    rows = np.empty((canvas_h, ow), np.float32)
     for c in range(channels):
         table = lut[c]
         pad = table[fill[c]]
-        dst = out[c]
-        for y in range(oh):
-            wyy = wy[y]
-            orow = dst[y]
-            s0, s1, s2, s3 = iy[y, 0] - top, iy[y, 1] - top, iy[y, 2] - top, iy[y, 3] - top
+        blank = np.empty(ow, np.float32)  # a row wholly outside the image
+        for x in range(ow):
+            blank[x] = _taps4(pad, pad, pad, pad, wx[x])
+        for r in range(canvas_h):
+            if not used[r]:
+                continue
+            dst = rows[r]
+            sy = r - top
+            if sy < 0 or sy >= h_in:
+                dst[:] = blank
+                continue
+            line = img[sy]
             for x in range(ow):
-                wxx = wx[x]
-                x0, x1, x2, x3 = ix[x, 0] - left, ix[x, 1] - left, ix[x, 2] - left, ix[x, 3] - left
-                t0 = _taps4(_canvas_value(img, table, pad, s0, x0, c), _canvas_value(img, table, pad, s0, x1, c),
-                            _canvas_value(img, table, pad, s0, x2, c), _canvas_value(img, table, pad, s0, x3, c), wxx)
-                t1 = _taps4(_canvas_value(img, table, pad, s1, x0, c), _canvas_value(img, table, pad, s1, x1, c),
-                            _canvas_value(img, table, pad, s1, x2, c), _canvas_value(img, table, pad, s1, x3, c), wxx)
-                t2 = _taps4(_canvas_value(img, table, pad, s2, x0, c), _canvas_value(img, table, pad, s2, x1, c),
-                            _canvas_value(img, table, pad, s2, x2, c), _canvas_value(img, table, pad, s2, x3, c), wxx)
-                t3 = _taps4(_canvas_value(img, table, pad, s3, x0, c), _canvas_value(img, table, pad, s3, x1, c),
-                            _canvas_value(img, table, pad, s3, x2, c), _canvas_value(img, table, pad, s3, x3, c), wxx)
-                orow[x] = fma32(t3, wyy[3], fma32(t2, wyy[2], fma32(t0, wyy[0], t1 * wyy[1])))
+                c0, c1, c2, c3 = cols[x, 0], cols[x, 1], cols[x, 2], cols[x, 3]
+                v0 = table[line[c0, c]] if c0 >= 0 else pad
+                v1 = table[line[c1, c]] if c1 >= 0 else pad
+                v2 = table[line[c2, c]] if c2 >= 0 else pad
+                v3 = table[line[c3, c]] if c3 >= 0 else pad
+                dst[x] = _taps4(v0, v1, v2, v3, wx[x])
+        plane = out[c]
+        for y in range(oh):
+            r0, r1, r2, r3 = rows[iy[y, 0]], rows[iy[y, 1]], rows[iy[y, 2]], rows[iy[y, 3]]
+            wyy = wy[y]
+            orow = plane[y]
+            for x in range(ow):
+                orow[x] = fma32(r3[x], wyy[3], fma32(r2[x], wyy[2], fma32(r0[x], wyy[0], r1[x] * wyy[1])))
 
 
 def resize_canvas_bicubic(
