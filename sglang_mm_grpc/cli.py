@@ -23,7 +23,8 @@ def _preprocess_local(args) -> int:
     from . import Preprocessor, PreprocessError
 
     try:
-        pp = Preprocessor.from_model(args.model)
+        # As a suffix, the backend is required of the model (an error if its family lacks it).
+        pp = Preprocessor.from_model(f"{args.model}@{args.resample}" if args.resample else args.model)
         blobs = [Path(p).read_bytes() for p in args.images]
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
@@ -48,6 +49,7 @@ def _preprocess_local(args) -> int:
             f"decode {t['decode_ms']:.1f} ms, process {t['process_ms']:.1f} ms"
         )
     print(
+        f"{pp.info['reference_processor']}: "
         f"pixel_values {out.pixel_values.dtype} {list(out.pixel_values.shape)}; "
         f"{len(out.input_ids)} input ids; {ms:.1f} ms for {len(blobs)} image(s)"
     )
@@ -81,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write every output array to this .npz")
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
+    p.add_argument(
+        "--resample", choices=("pil", "torchvision"),
+        help="locally: which transformers processor to reproduce where a family offers both (Qwen-VL); default pil",
+    )
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 
@@ -101,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _preprocess(args) -> int:
     if args.target:
+        if args.resample:
+            raise SystemExit("--resample is chosen when the server starts (serve --resample, or --model M@BACKEND)")
         from .cli_remote import run_remote_preprocess
 
         return run_remote_preprocess(args)

@@ -52,9 +52,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="port (default 50061; 0 picks a free one)")
     p.add_argument(
         "--model", dest="models", action="append", default=[], metavar="M",
-        help="preset id, model directory, or NAME=DIR (requests then say NAME); repeatable; "
-        "default: every built-in preset",
+        help="preset id, model directory, or NAME=DIR (requests then say NAME), optionally "
+        "suffixed @pil or @torchvision; repeatable; default: every built-in preset",
     )
+    add_resample_argument(p)
     p.add_argument("--workers", type=int, help="CPU worker threads (default: one per core)")
     p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE", help="both message limits (default 512MiB)")
     p.add_argument("--max-receive-bytes", type=byte_size, metavar="SIZE", help="largest request (default 512MiB)")
@@ -88,6 +89,14 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def add_resample_argument(p) -> None:
+    p.add_argument(
+        "--resample", choices=("pil", "torchvision"),
+        help="which transformers processor to reproduce where a family offers both (Qwen-VL: "
+        "torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor); default pil",
+    )
+
+
 def run_serve(args) -> int:
     from .media import FetchPolicy
     from .server import ServerConfig, run
@@ -109,6 +118,7 @@ def run_serve(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     config = ServerConfig(models=list(args.models), fetch_policy=policy, **_given(
+        resample=args.resample,
         max_image_pixels=args.max_image_pixels,
         cache_bytes=args.cache_bytes,
         host=args.host,

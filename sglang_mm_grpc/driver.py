@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence, TypeVar
 
 import numpy as np
@@ -20,7 +20,7 @@ from . import config as model_config
 from .cache import CachedItem, PreprocessCache
 from .carriers import DecodedImage, ImageResult, PreprocessOutput, ProcessedItem
 from .errors import Code, PreprocessError, invalid
-from .families import Family, FieldLayout, ItemPlan
+from .families import ConfigError, Family, FieldLayout, ItemPlan
 from .hashing import content_hash
 from .layout import apply_layout, placeholder_layout
 from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_image
@@ -30,6 +30,14 @@ R = TypeVar("R")
 
 DEFAULT_MAX_IMAGES = 64
 DEFAULT_CACHE_BYTES = 1 << 30
+#: Which transformers class a model reproduces (see ``Preprocessor.from_model``).
+BACKENDS = ("pil", "torchvision")
+
+
+def split_backend(model: str) -> tuple[str, str | None]:
+    """``SPEC@BACKEND`` -> (SPEC, BACKEND); anything else -> (model, None)."""
+    spec, sep, backend = model.rpartition("@")
+    return (spec, backend) if sep and spec and backend in BACKENDS else (model, None)
 
 
 class Preprocessor:
@@ -62,11 +70,40 @@ class Preprocessor:
         self.cache = cache if cache is not None else (PreprocessCache(cache_bytes) if cache_bytes > 0 else None)
 
     @classmethod
-    def from_model(cls, model: str, *, name: str | None = None, **options) -> "Preprocessor":
+    def from_model(
+        cls, model: str, *, name: str | None = None, resample: str | None = None, **options
+    ) -> "Preprocessor":
         """``model``: a built-in preset id (see ``sglang_mm_grpc.config.preset_names()``),
-        an HF model directory, or ``NAME=DIR``."""
-        src = model_config.resolve(model, name)
-        return cls(src.build(), name=src.name, source=src.source, **options)
+        an HF model directory, or ``NAME=DIR``, optionally suffixed ``@BACKEND``.
+
+        The backend picks which transformers class to reproduce: "pil" (every family's
+        default) or "torchvision" (Qwen-VL: ``Qwen2VLImageProcessor``, what vLLM/SGLang
+        serve with the fast processor). ``resample`` is a deployment-wide preference that
+        applies to the families offering it and leaves the others as they are; a
+        ``@BACKEND`` suffix names one model's backend (an error if its family lacks it)
+        and, without ``NAME=``, is part of the served name, so both variants can be
+        served side by side.
+        """
+        if resample is not None and resample not in BACKENDS:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"unknown backend {resample!r} (one of {', '.join(BACKENDS)})")
+        spec, backend = split_backend(model)
+        src = model_config.resolve(spec, name)
+        if backend is not None and src.name == spec:
+            src = replace(src, name=model)
+        family = src.build()
+        offered = getattr(family, "backends", ("pil",))
+        if backend is not None and backend not in offered:
+            raise PreprocessError(
+                Code.INVALID_ARGUMENT,
+                f"model {src.source}: the {family.name} family has no {backend!r} backend (it offers {', '.join(offered)})",
+            )
+        choice = backend or (resample if resample in offered else None)
+        if choice is not None and hasattr(family, "with_backend"):
+            try:
+                family = family.with_backend(choice)
+            except ConfigError as e:
+                raise PreprocessError(Code.INVALID_ARGUMENT, f"model {src.source}: {e}") from None
+        return cls(family, name=src.name, source=src.source, **options)
 
     @property
     def field_layout(self) -> FieldLayout:

@@ -43,6 +43,9 @@ class ServerConfig:
     port: int = 50061
     # Preset ids, model directories or NAME=DIR; empty: every built-in preset.
     models: list[str] = field(default_factory=list)
+    # "torchvision": models whose family offers it (Qwen-VL) reproduce the torchvision
+    # processor instead of the PIL one; a model's own @BACKEND suffix wins.
+    resample: str | None = None
     workers: int = 0  # 0: one per core
     max_receive_bytes: int = 512 * MiB
     max_send_bytes: int = 512 * MiB
@@ -125,6 +128,7 @@ class Server:
     def _load_one(self, spec: str) -> Preprocessor:
         pp = Preprocessor.from_model(
             spec,
+            resample=self.config.resample,
             threads=self.workers,
             max_images=self.fetcher.policy.max_items,
             max_image_pixels=self.config.max_image_pixels,
@@ -132,7 +136,7 @@ class Server:
             cache=self.cache,
         )
         pp.warmup()
-        log.info("loaded %s (%s)", pp.name, pp.info["family"])
+        log.info("loaded %s (%s, %s)", pp.name, pp.info["family"], pp.info["reference_processor"])
         return pp
 
     async def stop(self, grace: float | None = None) -> None:

@@ -4,18 +4,23 @@ smart_resize to a multiple of patch*merge within [min_pixels, max_pixels], resam
 (bicubic by default), rescale+normalize, then patchify into rows of
 3*temporal*patch*patch ordered merge-block-major; each image becomes
 t*h*w/merge**2 image pad tokens and gets M-RoPE positions.
+
+Two backends, as transformers has two classes: "pil" (default, the PIL processor:
+Pillow resize, two-step rescale/normalize) and "torchvision" (``Qwen2VLImageProcessor``,
+what vLLM/SGLang run with the fast processor: torch's uint8 antialiased resize and the
+fused rescale/normalize). Both are bit-exact with their class; they differ from each other.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..carriers import DecodedImage, ProcessedItem
 from ..errors import invalid
-from ..kernels import normalize, patchify, resample_pil
+from ..kernels import normalize, patchify, resample_pil, resample_tv
 from ..layout import AppliedLayout, Expansion
 from ..positions import mrope_positions
 from . import hf_keys
@@ -23,6 +28,15 @@ from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
+BACKENDS = ("pil", "torchvision")
+#: How the torchvision class resizes for each PIL filter code (HF's
+#: pil_torch_interpolation_mapping); BOX and HAMMING fail there on tensors.
+_TV_RESIZE = {
+    resample_pil.NEAREST: lambda img, h, w: resample_tv.resize_nearest_exact_u8(img, h, w),
+    resample_pil.LANCZOS: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "lanczos"),
+    resample_pil.BILINEAR: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "bilinear"),
+    resample_pil.BICUBIC: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "bicubic"),
+}
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -65,6 +79,7 @@ class QwenVLConfig:
     video_token_id: int = 151656
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
+    backend: str = "pil"  # one of BACKENDS
 
 
 def config_from_hf(preprocessor: dict, config: dict) -> QwenVLConfig:
@@ -105,18 +120,30 @@ class QwenVL(Family):
     name = "qwen_vl"
     reference_processor = "Qwen2VLImageProcessorPil"
     uses_mrope = True
+    backends = BACKENDS
 
     def __init__(self, config: QwenVLConfig):
+        if config.backend not in BACKENDS:
+            raise hf_keys.ConfigError(f"unknown Qwen-VL backend {config.backend!r} (one of {', '.join(BACKENDS)})")
+        self.torchvision = config.backend == "torchvision"
+        if self.torchvision and config.resample not in _TV_RESIZE:
+            raise hf_keys.ConfigError(
+                f"resample={config.resample} has no torchvision equivalent for tensors (Qwen2VLImageProcessor fails)")
         self.config = config
+        if self.torchvision:
+            self.reference_processor = "Qwen2VLImageProcessor"
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(
             batched=("image_grid_thw", "patches_per_image"), flat={"pixel_values": "patches_per_image"}
         )
         self.factor = config.patch_size * config.merge_size
         self.row_width = 3 * config.temporal_patch_size * config.patch_size**2
-        self._lut = normalize.pil_backend_lut(
-            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize
-        )
+        lut = normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut
+        self._lut = lut(config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
+
+    def with_backend(self, backend: str) -> "QwenVL":
+        """The same checkpoint reproducing the other transformers class."""
+        return self if backend == self.config.backend else QwenVL(replace(self.config, backend=backend))
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan:
         c = self.config
@@ -132,9 +159,14 @@ class QwenVL(Family):
     def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
         c = self.config
         h, w = plan.resized_size
-        patchify.resize_normalize_patchify(
-            image.rgb, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
-        )
+        if self.torchvision:
+            img = image.rgb if image.rgb.shape[:2] == (h, w) else _TV_RESIZE[c.resample](image.rgb, h, w)
+            patchify.lut_patchify(np.ascontiguousarray(img), self._lut, out, c.patch_size, c.merge_size,
+                                  c.temporal_patch_size)
+        else:
+            patchify.resize_normalize_patchify(
+                image.rgb, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
+            )
         t, gh, gw = plan.geometry
         aux = {
             "image_grid_thw": np.array([[t, gh, gw]], dtype=np.int64),
@@ -161,6 +193,8 @@ class QwenVL(Family):
 
     def warmup(self) -> None:
         resample_pil.warmup()
+        if self.torchvision:
+            resample_tv.warmup()
         rng = np.random.default_rng(0)
         for size in ((37, 53), (300, 40), (40, 300)):
             img = DecodedImage(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB", "PNG")

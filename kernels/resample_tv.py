@@ -1,0 +1,390 @@
+"""Bit-exact numba ports of torch's CPU resize kernels, as torchvision and HF call them.
+
+Families whose HF reference is a torchvision processor (Llama 4, Phi-4, Qwen's
+``Qwen2VLImageProcessor``) resize with ``tvF.resize(uint8, antialias=True)``, which on an
+x86 CPU with AVX2/AVX-512 runs torch's native uint8 path (``UpSampleKernel.cpp``, a
+Pillow-SIMD port). It differs from Pillow in ways that show in the pixels:
+
+* weights are computed like Pillow's (double, same centre and bounds; antialiased
+  bicubic uses a = -0.5) but quantized to int16 with a per-axis precision ``p``:
+  the first p >= 0 with ``(int)(0.5 + wmax * 2**(p+1)) >= 32768``, capped at 22;
+* the accumulator starts at ``1 << (p-1)`` and each pass writes ``clamp(acc >> p)``;
+* the horizontal pass always runs first (uint8 intermediate); an axis that keeps its
+  size is skipped.
+
+Scaling torch's int16 weights by ``2**(22-p)`` turns them into exactly the 22-bit layout
+of ``resample_pil`` (``(2**21 + sum(k * 2**(22-p) * x)) >> 22`` equals
+``(2**(p-1) + sum(k * x)) >> p``), so the Pillow pass kernels run them unchanged.
+
+``resize_nearest_exact_u8`` is ``tvF.resize(uint8, NEAREST_EXACT)`` (HF's mapping of PIL's
+NEAREST).
+
+``resize_bicubic_f32`` is ``F.interpolate(mode="bicubic", align_corners=False,
+antialias=False)`` on float32 (Phi-3/Phi-4 global images). torch computes it per output
+pixel from float32 weights; its x86 builds (AVX2 / AVX-512 dispatch) contract some
+multiply-adds into fused ones and the result depends on exactly which, so those spots
+use a real fused multiply-add (``llvm.fma.f32``, one rounding on any CPU):
+
+* source index ``fma(scale, i + 0.5, -0.5)`` (also in nearest-exact);
+* Keys weights (A = -0.75): in ``((A x - 5A) x + 8A) x - 4A`` the first two steps fused,
+  in ``((A + 2) x - (A + 3)) x x + 1`` only the first;
+* each 4-tap sum ``fma(s3, w3, fma(s2, w2, fma(s0, w0, s1 * w1)))``: along rows first,
+  then the same over the four row results with the vertical weights.
+
+torch builds without that dispatch (no FMA) round differently; the uint8 paths are
+integer and agree everywhere.
+
+All kernels are nopython, ``nogil=True``, ``cache=True``; images are HWC uint8 numpy
+arrays (C = 1..4, each channel independent, as torch treats a contiguous CHW tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+from . import resample_pil
+
+__all__ = ["MODES", "coeffs", "coeffs_int16", "resize_aa_u8", "resize_bicubic_f32", "resize_nearest_exact_u8", "warmup"]
+
+#: mode name -> torch's interp_size (the filter support is half of it).
+MODES = {"bilinear": 2, "bicubic": 4, "lanczos": 6}
+_KIND = {"bilinear": 0, "bicubic": 1, "lanczos": 2}
+_PIL_BITS = resample_pil.PRECISION_BITS  # 22
+
+
+# -- the antialiased uint8 path ---------------------------------------------------------
+
+
+@numba.njit(nogil=True, cache=True)
+def _sinc(x):
+    if x == 0.0:
+        return 1.0
+    x = x * math.pi
+    return math.sin(x) / x
+
+
+@numba.njit(nogil=True, cache=True)
+def _aa_filter(kind, x):
+    """torch's ``aa_filter`` of HelperInterpLinear / Cubic (a = -0.5) / Lanczos."""
+    if kind == 0:
+        x = abs(x)
+        return 1.0 - x if x < 1.0 else 0.0
+    if kind == 1:
+        a = -0.5
+        x = abs(x)
+        if x < 1.0:
+            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        if x < 2.0:
+            return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+        return 0.0
+    if -3.0 <= x and x < 3.0:
+        return _sinc(x) * _sinc(x / 3.0)
+    return 0.0
+
+
+@numba.njit(nogil=True, cache=True)
+def _int16_coeffs_nb(in_size, out_size, kind):
+    """``_compute_index_ranges_int16_weights`` (antialias=True, align_corners=False).
+
+    Returns bounds int32[out, 2] = (xmin, n), kk int32[out, ksize] (int16 values) and
+    the precision p.
+    """
+    interp_size = 2 * (kind + 1)
+    scale = np.float64(in_size) / out_size
+    if scale >= 1.0:
+        support = (interp_size * 0.5) * scale
+        invscale = 1.0 / scale
+    else:
+        support = interp_size * 0.5
+        invscale = 1.0
+    ksize = int(math.ceil(support)) * 2 + 1
+    bounds = np.empty((out_size, 2), np.int32)
+    w = np.zeros((out_size, ksize), np.float64)
+    wt_max = 0.0
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        xmin = max(int(center - support + 0.5), 0)  # C casts truncate toward zero
+        xsize = min(int(center + support + 0.5), in_size) - xmin
+        xsize = min(max(xsize, 0), ksize)
+        total = 0.0
+        for j in range(xsize):
+            v = _aa_filter(kind, (j + xmin - center + 0.5) * invscale)
+            w[i, j] = v
+            total += v
+        if total != 0.0:
+            for j in range(xsize):
+                w[i, j] /= total
+                wt_max = max(wt_max, w[i, j])
+        bounds[i, 0] = xmin
+        bounds[i, 1] = xsize
+    precision = 0
+    while precision < 22:
+        if int(0.5 + wt_max * (1 << (precision + 1))) >= (1 << 15):
+            break
+        precision += 1
+    kk = np.zeros((out_size, ksize), np.int32)
+    one = np.float64(1 << precision)
+    for i in range(out_size):
+        for j in range(ksize):
+            v = w[i, j] * one
+            k = int(-0.5 + v) if v < 0 else int(0.5 + v)
+            # stored as int16_t in torch
+            kk[i, j] = np.int32(np.int16(k))
+    return bounds, kk, precision
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(in_size: int, out_size: int, kind: int):
+    bounds, kk, p = _int16_coeffs_nb(in_size, out_size, kind)
+    return bounds, kk, p, kk << (_PIL_BITS - p)
+
+
+def _check(in_size: int, out_size: int, mode: str) -> int:
+    if mode not in _KIND:
+        raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+    if in_size < 1 or out_size < 1:
+        raise ValueError(f"sizes must be positive, got {in_size} -> {out_size}")
+    return _KIND[mode]
+
+
+def coeffs_int16(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """torch's own weights for one axis: bounds int32[out, 2] = (xmin, n), kk int32[out,
+    ksize] holding the int16 values, and the precision p (fresh arrays)."""
+    bounds, kk, p, _ = _cached(int(in_size), int(out_size), _check(int(in_size), int(out_size), mode))
+    return bounds.copy(), kk.copy(), p
+
+
+def coeffs(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """The same weights in ``resample_pil``'s 22-bit layout (``kk << (22 - p)``), ready for
+    ``resample_pil.resample_horizontal`` / ``resample_vertical`` and fused writers built
+    on them (fresh arrays)."""
+    bounds, _, _, kk22 = _cached(int(in_size), int(out_size), _check(int(in_size), int(out_size), mode))
+    return bounds.copy(), kk22.copy()
+
+
+@numba.njit(nogil=True, cache=True)
+def _resize_nb(img, out_h, out_w, bh, kh, bv, kv):
+    """Horizontal pass first (only over the rows the vertical pass reads), then vertical."""
+    in_h, in_w, nc = img.shape
+    need_h = out_w != in_w
+    need_v = out_h != in_h
+    if not need_h and not need_v:
+        return img.copy()
+    out = np.empty((out_h, out_w, nc), np.uint8)
+    if not need_v:
+        resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
+    elif not need_h:
+        resample_pil.resample_vertical(img, out, bv, kv)
+    else:
+        first = bv[0, 0]
+        last = first
+        for y in range(out_h):
+            last = max(last, bv[y, 0] + bv[y, 1])
+        tmp = np.empty((last - first, out_w, nc), np.uint8)
+        resample_pil.resample_horizontal(img, tmp, np.int64(first), bh, kh)
+        shifted = bv.copy()
+        for y in range(out_h):
+            shifted[y, 0] -= first
+        resample_pil.resample_vertical(tmp, out, shifted, kv)
+    return out
+
+
+_NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
+
+
+def _as_hwc(img: np.ndarray, what: str) -> tuple[np.ndarray, bool]:
+    if not isinstance(img, np.ndarray) or img.dtype != np.uint8:
+        raise ValueError(f"{what} expects a uint8 numpy array")
+    squeeze = img.ndim == 2
+    if squeeze:
+        img = img[:, :, None]
+    if img.ndim != 3 or not 1 <= img.shape[2] <= 4:
+        raise ValueError(f"{what} expects an HWC array with 1..4 channels, got shape {img.shape}")
+    if img.shape[0] < 1 or img.shape[1] < 1:
+        raise ValueError("input image is empty")
+    return np.ascontiguousarray(img), squeeze
+
+
+def _out_size(out_h, out_w) -> tuple[int, int]:
+    out_h, out_w = int(out_h), int(out_w)
+    if out_h < 1 or out_w < 1:
+        raise ValueError("height and width must be > 0")
+    return out_h, out_w
+
+
+def resize_aa_u8(img: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic") -> np.ndarray:
+    """uint8 HWC -> uint8 [out_h, out_w, C], equal to torchvision's
+    ``tvF.resize(chw_uint8, [out_h, out_w], interpolation=mode, antialias=True)`` on the
+    CPU (``mode``: "bilinear", "bicubic" or "lanczos"). A 2-D array is one channel and
+    gives a 2-D result. Same size in and out returns a copy."""
+    img, squeeze = _as_hwc(img, "resize_aa_u8")
+    out_h, out_w = _out_size(out_h, out_w)
+    in_h, in_w = img.shape[:2]
+    kind = _check(in_w, out_w, mode)
+    bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
+    bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
+    out = _resize_nb(img, out_h, out_w, bh, kh, bv, kv)
+    return out[:, :, 0] if squeeze else out
+
+
+# -- nearest-exact (uint8) ------------------------------------------------------------------
+
+
+@intrinsic
+def _fma32(typingctx, a, b, c):
+    """float32 fused multiply-add, rounded once."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _source_index(scale, i):
+    """area_pixel_compute_source_index(align_corners=False) as compiled: one fused op."""
+    return _fma32(scale, np.float32(i) + np.float32(0.5), np.float32(-0.5))
+
+
+@numba.njit(nogil=True, cache=True)
+def _nearest_exact_index(in_size, out_size):
+    scale = np.float32(in_size) / np.float32(out_size)
+    idx = np.empty(out_size, np.int64)
+    for i in range(out_size):
+        real = _source_index(scale, i)
+        if real < np.float32(0.0):
+            real = np.float32(0.0)
+        idx[i] = min(int(math.floor(real + np.float32(0.5))), in_size - 1)
+    return idx
+
+
+@numba.njit(nogil=True, cache=True)
+def _nearest_nb(img, iy, ix):
+    out = np.empty((iy.shape[0], ix.shape[0], img.shape[2]), np.uint8)
+    for y in range(iy.shape[0]):
+        src = img[iy[y]]
+        dst = out[y]
+        for x in range(ix.shape[0]):
+            dst[x] = src[ix[x]]
+    return out
+
+
+def resize_nearest_exact_u8(img: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
+    """uint8 HWC -> uint8 [out_h, out_w, C], equal to ``tvF.resize(...,
+    InterpolationMode.NEAREST_EXACT)`` (what HF maps PIL's NEAREST to)."""
+    img, squeeze = _as_hwc(img, "resize_nearest_exact_u8")
+    out_h, out_w = _out_size(out_h, out_w)
+    in_h, in_w = img.shape[:2]
+    if (in_h, in_w) == (out_h, out_w):
+        out = img.copy()
+    else:
+        out = _nearest_nb(img, _nearest_exact_index(in_h, out_h), _nearest_exact_index(in_w, out_w))
+    return out[:, :, 0] if squeeze else out
+
+
+# -- non-antialiased bicubic on float32 -----------------------------------------------------
+
+
+@numba.njit(nogil=True, cache=True)
+def _cubic_axis(in_size, out_size):
+    """HelperInterpCubic.compute_indices_weights (float32, A = -0.75) as the x86 build
+    computes it: idx int64[out, 4] (border-clamped taps), w float32[out, 4]."""
+    f = np.float32
+    scale = f(in_size) / f(out_size)
+    a = f(-0.75)
+    idx = np.empty((out_size, 4), np.int64)
+    w = np.empty((out_size, 4), np.float32)
+    for i in range(out_size):
+        real = _source_index(scale, i)
+        index = min(int(math.floor(real)), in_size - 1)
+        lam = min(max(real - f(index), f(0.0)), f(1.0))
+        x2 = f(1.0) - lam
+        w[i, 1] = (_fma32(a + f(2.0), lam, -(a + f(3.0))) * lam) * lam + f(1.0)
+        w[i, 2] = (_fma32(a + f(2.0), x2, -(a + f(3.0))) * x2) * x2 + f(1.0)
+        x = lam + f(1.0)
+        w[i, 0] = _fma32(_fma32(a, x, -(f(5.0) * a)), x, f(8.0) * a) * x - f(4.0) * a
+        x = x2 + f(1.0)
+        w[i, 3] = _fma32(_fma32(a, x, -(f(5.0) * a)), x, f(8.0) * a) * x - f(4.0) * a
+        for j in range(4):
+            idx[i, j] = max(min(index - 1 + j, in_size - 1), 0)
+    return idx, w
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _dot4(s0, s1, s2, s3, w0, w1, w2, w3):
+    return _fma32(s3, w3, _fma32(s2, w2, _fma32(s0, w0, s1 * w1)))
+
+
+@numba.njit(nogil=True, cache=True)
+def _bicubic_nb(x, out, iy, wy, ix, wx):
+    nc, in_h, in_w = x.shape
+    out_h, out_w = iy.shape[0], ix.shape[0]
+    # A source row's horizontal result is the same whichever output row reads it, so each
+    # needed row is computed once per channel.
+    used = np.zeros(in_h, np.bool_)
+    for y in range(out_h):
+        for j in range(4):
+            used[iy[y, j]] = True
+    rows = np.empty((in_h, out_w), np.float32)
+    for c in range(nc):
+        plane = x[c]
+        for r in range(in_h):
+            if not used[r]:
+                continue
+            src = plane[r]
+            dst = rows[r]
+            for o in range(out_w):
+                dst[o] = _dot4(src[ix[o, 0]], src[ix[o, 1]], src[ix[o, 2]], src[ix[o, 3]],
+                               wx[o, 0], wx[o, 1], wx[o, 2], wx[o, 3])
+        for y in range(out_h):
+            r0 = rows[iy[y, 0]]
+            r1 = rows[iy[y, 1]]
+            r2 = rows[iy[y, 2]]
+            r3 = rows[iy[y, 3]]
+            w0, w1, w2, w3 = wy[y, 0], wy[y, 1], wy[y, 2], wy[y, 3]
+            dst = out[c, y]
+            for o in range(out_w):
+                dst[o] = _dot4(r0[o], r1[o], r2[o], r3[o], w0, w1, w2, w3)
+
+
+def resize_bicubic_f32(x: np.ndarray, out_h: int, out_w: int, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 CHW -> float32 [C, out_h, out_w], equal to ``torch.nn.functional.interpolate(
+    x[None], (out_h, out_w), mode="bicubic", align_corners=False, antialias=False)[0]``
+    (no clamp of values; the arithmetic runs even at the same size, as in torch).
+    ``out`` may be a slot view of a larger tensor."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 3:
+        raise ValueError("resize_bicubic_f32 expects a float32 [C, H, W] array")
+    if x.shape[1] < 1 or x.shape[2] < 1:
+        raise ValueError("input image is empty")
+    out_h, out_w = _out_size(out_h, out_w)
+    shape = (x.shape[0], out_h, out_w)
+    if out is None:
+        out = np.empty(shape, np.float32)
+    elif out.dtype != np.float32 or out.shape != shape:
+        raise ValueError(f"out must be float32 {shape}, got {out.dtype} {out.shape}")
+    iy, wy = _cubic_axis(x.shape[1], out_h)
+    ix, wx = _cubic_axis(x.shape[2], out_w)
+    _bicubic_nb(np.ascontiguousarray(x), out, iy, wy, ix, wx)
+    return out
+
+
+def warmup() -> None:
+    """Compile (or load from the on-disk cache) every kernel here, so no request pays."""
+    resample_pil.warmup()
+    for nc in (1, 3):
+        a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
+        for mode in MODES:
+            resize_aa_u8(a, 3, 4, mode)
+            resize_aa_u8(a, 9, 7, mode)
+            resize_aa_u8(a, 5, 2, mode)
+        resize_nearest_exact_u8(a, 3, 9)
+    src = np.zeros((3, 5, 7), np.float32)
+    resize_bicubic_f32(src, 4, 9)
+    resize_bicubic_f32(src, 4, 9, np.zeros((2, 3, 4, 9), np.float32)[1])
