@@ -65,6 +65,15 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--handle-ttl", type=float, metavar="S", help="seconds a handle lives after its last use (default 120)")
     p.add_argument("--cache-bytes", type=byte_size, metavar="SIZE", help="preprocessed images kept for repeats, all models together (default 1GiB; 0 disables)")
     p.add_argument("--grace", type=float, metavar="S", help="seconds in-flight requests get on SIGTERM (default 30)")
+    p.add_argument(
+        "--max-in-flight", type=positive_int, metavar="N",
+        help="Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED "
+        "at once (default: 16 per worker, at least 64)",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus text on http://HOST:PORT/metrics (default: off; 0: off)",
+    )
     f = p.add_argument_group("image sources and their limits (docs/MEDIA.md)")
     f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
     f.add_argument(
@@ -130,6 +139,8 @@ def run_serve(args) -> int:
         store_items=args.store_items,
         handle_ttl_s=args.handle_ttl,
         grace_s=args.grace,
+        max_in_flight=args.max_in_flight,
+        metrics_port=args.metrics_port,
     ))
     return run(config)
 

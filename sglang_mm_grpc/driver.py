@@ -24,6 +24,7 @@ from .families import ConfigError, Family, FieldLayout, ItemPlan
 from .hashing import content_hash
 from .layout import apply_layout, placeholder_layout
 from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_image
+from .metrics import WorkCounters
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -68,6 +69,8 @@ class Preprocessor:
         #: Everything that decides the output for given bytes; part of every cache key.
         self.spec_key = family.fingerprint()
         self.cache = cache if cache is not None else (PreprocessCache(cache_bytes) if cache_bytes > 0 else None)
+        #: Per-image steps run, and skipped because the request was cancelled.
+        self.work = WorkCounters()
 
     @classmethod
     def from_model(
@@ -268,8 +271,8 @@ class Preprocessor:
         """The one place that decides threading. Errors: the lowest failing index wins."""
         indices = list(indices)
         if self._pool is None or len(indices) < 2:
-            return [_guard(fn, i, cancel) for i in indices]
-        futures = [self._pool.submit(_guard, fn, i, cancel) for i in indices]
+            return [_guard(fn, i, cancel, self.work) for i in indices]
+        futures = [self._pool.submit(_guard, fn, i, cancel, self.work) for i in indices]
         results, first_error = [], None
         for f in futures:
             try:
@@ -292,9 +295,11 @@ class _Admitted:
     decode_ms: float
 
 
-def _guard(fn: Callable[[int], R], i: int, cancel: threading.Event | None) -> R:
+def _guard(fn: Callable[[int], R], i: int, cancel: threading.Event | None, work: WorkCounters) -> R:
     if cancel is not None and cancel.is_set():
+        work.add(skipped=1)
         raise PreprocessError(Code.CANCELLED, "request cancelled (client gone or deadline passed)", item=i)
+    work.add(run=1)
     try:
         return fn(i)
     except PreprocessError:

@@ -3,7 +3,8 @@
 Start listening at once with health NOT_SERVING, load every model and warm its kernels
 in the worker pool, then report SERVING. CPU work runs on a thread pool sized to the
 cores (the kernels release the GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse
-new RPCs, let in-flight ones finish within the grace period, exit 0.
+new RPCs, let in-flight ones finish within the grace period, exit 0. Counters are
+served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
+from .admission import default_max_in_flight
 from .config import preset_names
 from .cache import PreprocessCache
 from .driver import DEFAULT_CACHE_BYTES, Preprocessor, default_threads
 from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
+from .metrics import Metrics
 from .servicer import SERVICE_NAME, PreprocessorServicer
 from .store import HandleStore
 
@@ -60,6 +63,11 @@ class ServerConfig:
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     # Preprocessed images kept for repeats, shared by all models (0 disables).
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
+    # 0: admission.default_max_in_flight(workers).
+    max_in_flight: int = 0
+    # Prometheus text over HTTP on host:metrics_port (0: off).
+    metrics_port: int = 0
 
 
 class Server:
@@ -76,6 +84,9 @@ class Server:
         self.port: int | None = None
         self.preprocessors: dict[str, Preprocessor] = {}
         self.cache = PreprocessCache(config.cache_bytes) if config.cache_bytes > 0 else None
+        self.metrics = Metrics()
+        self.max_in_flight = config.max_in_flight or default_max_in_flight(self.workers)
+        self.metrics_endpoint = None  # exporter.MetricsEndpoint when metrics_port is set
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
 
@@ -84,7 +95,14 @@ class Server:
         cfg = self.config
         # The fetcher's connection pool and concurrency cap belong to this event loop.
         self.fetcher = MediaFetcher(cfg.fetch_policy)
-        self.servicer = PreprocessorServicer(self.store, self.executor, self.fetcher.fetch_all)
+        self.servicer = PreprocessorServicer(
+            self.store,
+            self.executor,
+            self.fetcher.fetch_all,
+            metrics=self.metrics,
+            max_in_flight=self.max_in_flight,
+            stats_parts=self._stats_parts,
+        )
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", cfg.max_receive_bytes),
@@ -108,8 +126,26 @@ class Server:
         await server.start()
         self._server, self.port = server, port
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        log.info("listening on %s:%d (%d workers); loading models", cfg.host, port, self.workers)
+        if cfg.metrics_port:
+            from .exporter import MetricsEndpoint
+
+            try:
+                self.metrics_endpoint = MetricsEndpoint(cfg.host, cfg.metrics_port, self.servicer.snapshot)
+            except OSError as e:
+                raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e}") from None
+            log.info("metrics on http://%s:%d/metrics", cfg.host, self.metrics_endpoint.port)
+        log.info(
+            "listening on %s:%d (%d workers, at most %d requests in flight); loading models",
+            cfg.host, port, self.workers, self.max_in_flight,
+        )
         return port
+
+    def _stats_parts(self) -> dict:
+        return {
+            "fetch": self.fetcher.stats if self.fetcher is not None else {},
+            "cache": self.cache.stats if self.cache is not None else None,
+            "store": self.store.stats(),
+        }
 
     async def load(self) -> None:
         """Load and warm every model off the event loop, then report SERVING."""
@@ -146,6 +182,8 @@ class Server:
             self._sweeper.cancel()
         if self._server is not None:
             await self._server.stop(self.config.grace_s if grace is None else grace)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         self.executor.shutdown(wait=True, cancel_futures=True)
         if self.fetcher is not None:
             await self.fetcher.aclose()

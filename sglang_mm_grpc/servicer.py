@@ -4,6 +4,8 @@ Every failure leaves as one gRPC status: a PreprocessError keeps its code and me
 a passed deadline is DEADLINE_EXCEEDED, anything unexpected is INTERNAL (and logged).
 CPU work runs in the executor the server hands in, never on the event loop.
 Media fetching goes through the single ``fetch`` coroutine given to the servicer.
+Preprocess and Assemble pass an in-flight limit first (refused at once when full);
+every call is counted and logged as one JSON line (``metrics.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import grpc
 
 from . import assemble as asm
 from . import tensors
+from .admission import Admission, Busy, Ticket, default_max_in_flight
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from .carriers import PreprocessOutput
 from .driver import Preprocessor
 from .errors import Code, PreprocessError
+from .metrics import BUCKETS_MS, Metrics, RequestRecord, Snapshot
 from .store import HandleStore, TooLarge
 
 log = logging.getLogger(__name__)
@@ -66,11 +70,23 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         executor: Executor,
         fetch: Fetch,
         models: Mapping[str, Preprocessor] | None = None,
+        *,
+        metrics: Metrics | None = None,
+        max_in_flight: int | None = None,
+        stats_parts: Callable[[], dict] | None = None,
     ):
+        """``max_in_flight``: None picks ``default_max_in_flight`` for the pool size.
+        ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store)."""
         self.store = store
         self.executor = executor
         self.fetch = fetch
         self.models: dict[str, Preprocessor] | None = dict(models) if models is not None else None
+        self.metrics = metrics or Metrics()
+        workers = getattr(executor, "_max_workers", 1)
+        self.admission = Admission(max_in_flight or default_max_in_flight(workers))
+        self._stats_parts = stats_parts
+        self._busy_lock = threading.Lock()
+        self._busy = 0  # pool tasks submitted and not finished (cancelled calls included)
 
     def set_models(self, models: Mapping[str, Preprocessor]) -> None:
         """Install the loaded models; until then every RPC answers UNAVAILABLE."""
@@ -79,25 +95,46 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     # -- RPCs ----------------------------------------------------------------------------
 
     async def Preprocess(self, request: pb.PreprocessRequest, context) -> pb.PreprocessResponse:
-        return await self._run(context, self._preprocess, request, context)
+        rec = RequestRecord("Preprocess", request_id=request.request_id, model=request.model)
+        return await self._run(context, rec, self._preprocess, request, context, admit=True)
 
     async def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
-        return await self._run(context, self._assemble, request, context)
+        rec = RequestRecord("Assemble", handle=request.handle)
+        return await self._run(context, rec, self._assemble, request, context, admit=True)
 
     async def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
-        return pb.ReleaseResponse(released=self.store.pop(request.handle) is not None)
+        return await self._run(context, RequestRecord("Release", handle=request.handle), self._release, request)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
-        return await self._run(context, self._list_models)
+        return await self._run(context, RequestRecord("ListModels"), self._list_models)
+
+    async def GetStats(self, request: pb.GetStatsRequest, context) -> pb.GetStatsResponse:
+        """Not counted or logged itself (monitoring polls it)."""
+        return stats_response(self.snapshot())
+
+    def snapshot(self) -> Snapshot:
+        """Every counter now: this servicer's, the models' work, and ``stats_parts``."""
+        models = self.models or {}
+        parts = dict(self._stats_parts()) if self._stats_parts is not None else {}
+        parts.setdefault("store", self.store.stats())
+        return self.metrics.snapshot(
+            in_flight=self.admission.in_flight,
+            max_in_flight=self.admission.limit,
+            rejected_busy=self.admission.rejected,
+            work_busy=self._busy,
+            image_steps=sum(pp.work.run for pp in models.values()),
+            image_steps_skipped=sum(pp.work.skipped for pp in models.values()),
+            **parts,
+        )
 
     # -- the work ------------------------------------------------------------------------
 
-    async def _preprocess(self, request: pb.PreprocessRequest, context) -> pb.PreprocessResponse:
-        t0 = time.perf_counter()
+    async def _preprocess(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
         deadline = _Deadline(context)
         pp = self._model(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
-        n = len(request.images)
+        rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
+        n = rec.images = len(request.images)
         if n == 0:
             raise PreprocessError(Code.INVALID_ARGUMENT, "the request has no images")
         limit = pp.info["max_images_per_request"]
@@ -113,24 +150,39 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         deadline.check("fetching")
         tf = time.perf_counter()
         raw = await self.fetch(sources, deadline.at)
-        fetch_ms = (time.perf_counter() - tf) * 1e3
+        fetch_ms = rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
+        rec.bytes = sum(len(b) for b in raw)
 
         deadline.check("preprocessing")
         input_ids = list(request.input_ids) if request.input_ids else None
-        out = await self._cancellable(deadline, pp.preprocess, raw, input_ids)
+        tw = time.perf_counter()
+        out = await self._cancellable(ticket, deadline, pp.preprocess, raw, input_ids)
+        wall_ms = (time.perf_counter() - tw) * 1e3
+        queue_ms = max(0.0, wall_ms - float(out.timings_ms.get("total_ms", wall_ms)))
+        for stage in ("decode", "process", "layout"):
+            rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
 
         deadline.check("building the response")
-        resp = await self._in_pool(_response, request, out, pp.field_layout, backend)
+        ta = time.perf_counter()
+        resp, assemble_ms = await self._in_pool(_timed, _response, request, out, pp.field_layout, backend, ticket=ticket)
+        queue_ms += max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
+        rec.stages_ms["assemble"], rec.stages_ms["queue"] = assemble_ms, queue_ms
         if backend is None or request.keep_handle:
-            resp.handle = self._keep(Kept(pp.name, out, pp.field_layout))
+            # Kept last, with no await after it: a call cancelled at any earlier point
+            # keeps nothing. (Once the handler has returned, grpc does not tell us if the
+            # client then gave up; such a handle goes when its TTL ends.)
+            resp.handle = rec.handle = self._keep(Kept(pp.name, out, pp.field_layout))
         resp.timings.fetch_ms = fetch_ms
-        resp.timings.total_ms = (time.perf_counter() - t0) * 1e3
+        resp.timings.layout_ms = rec.stages_ms["layout"]
+        resp.timings.assemble_ms = rec.stages_ms["assemble"]
+        resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
         return resp
 
-    async def _assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
+    async def _assemble(self, request: pb.AssembleRequest, context, *, rec: RequestRecord, ticket: Ticket):
         if not request.backend:
             raise PreprocessError(Code.INVALID_ARGUMENT, "backend is required (sglang, vllm or trtllm)")
         backend = asm.parse_backend(request.backend)
+        rec.backend = asm.BACKEND_NAMES[backend]
         kept = self.store.get(request.handle)
         if kept is None:
             why = self.store.why_missing(request.handle)
@@ -139,13 +191,20 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 f"handle {request.handle!r} is {why}"
                 f"{' (or was never issued)' if why == 'unknown' else ''}: call Preprocess again",
             )
+        rec.model, rec.images = kept.model, len(kept.output.images)
         _Deadline(context).check("assembling")
-        payload = await self._in_pool(asm.assemble, kept.output, backend, kept.field_layout)
+        ta = time.perf_counter()
+        payload, assemble_ms = await self._in_pool(_timed, asm.assemble, kept.output, backend, kept.field_layout, ticket=ticket)
+        rec.stages_ms["assemble"] = assemble_ms
+        rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
         if request.release:
             self.store.pop(request.handle)
         return pb.AssembleResponse(payload=payload)
 
-    async def _list_models(self) -> pb.ListModelsResponse:
+    async def _release(self, request: pb.ReleaseRequest, **_) -> pb.ReleaseResponse:
+        return pb.ReleaseResponse(released=self.store.pop(request.handle) is not None)
+
+    async def _list_models(self, **_) -> pb.ListModelsResponse:
         models = self._ready()
         return pb.ListModelsResponse(models=[_model_info(pp.info) for pp in models.values()])
 
@@ -174,17 +233,21 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 f"{e}; cannot keep this request: set backend in PreprocessRequest to get the payload in one call",
             ) from None
 
-    async def _cancellable(self, deadline: "_Deadline", fn, *args):
+    async def _cancellable(self, ticket: Ticket | None, deadline: "_Deadline", fn, *args):
         """Run ``fn(*args, cancel=event)`` in the pool; the event is set when the deadline
         passes or the call is cancelled, so the worker stops at its next image boundary
         instead of finishing work nobody will read."""
-        cancel = threading.Event()
+        cancel, expired = threading.Event(), threading.Event()
         loop = asyncio.get_running_loop()
         timer = None
         if deadline.at is not None:
-            timer = loop.call_later(max(0.0, deadline.at - time.monotonic()), cancel.set)
+            timer = loop.call_later(max(0.0, deadline.at - time.monotonic()), lambda: (expired.set(), cancel.set()))
         try:
-            return await loop.run_in_executor(self.executor, functools.partial(fn, *args, cancel=cancel))
+            return await self._in_pool(functools.partial(fn, *args, cancel=cancel), ticket=ticket)
+        except PreprocessError as e:
+            if e.code is Code.CANCELLED and expired.is_set():  # stopped by our deadline timer
+                raise PreprocessError(Code.DEADLINE_EXCEEDED, "deadline exceeded while preprocessing") from None
+            raise
         except asyncio.CancelledError:
             cancel.set()
             raise
@@ -192,27 +255,69 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             if timer is not None:
                 timer.cancel()
 
-    async def _in_pool(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    async def _run(self, context, fn, *args):
+    async def _in_pool(self, fn, *args, ticket: Ticket | None = None):
+        """``fn(*args)`` in the pool. The call's admission ticket stays held until the
+        worker is done, even if the call itself is cancelled first."""
+        if ticket is not None:
+            ticket.hold()
+        with self._busy_lock:
+            self._busy += 1
         try:
-            return await fn(*args)
+            future = self.executor.submit(fn, *args)
+        except BaseException:
+            self._pool_done(ticket)
+            raise
+        future.add_done_callback(lambda _f: self._pool_done(ticket))
+        return await asyncio.wrap_future(future)
+
+    def _pool_done(self, ticket: Ticket | None) -> None:
+        with self._busy_lock:
+            self._busy -= 1
+        if ticket is not None:
+            ticket.release()
+
+    async def _run(self, context, rec: RequestRecord, fn, *args, admit: bool = False):
+        """Run one RPC: admission (``admit``), status mapping, counters and its log line."""
+        self.metrics.started_call(rec.method)
+        code, message, ticket = "OK", "", None
+        try:
+            if admit:
+                try:
+                    ticket = self.admission.enter()
+                except Busy as e:
+                    raise PreprocessError(Code.RESOURCE_EXHAUSTED, str(e)) from None
+            return await fn(*args, rec=rec, ticket=ticket)
         except PreprocessError as e:
-            log.info("%s: %s", e.code.value, e.message)
+            code, message = e.code.value, e.message
+            log.debug("%s: %s", e.code.value, e.message)
             await context.abort(e.grpc_code, e.message)
         except asyncio.CancelledError:
             # grpc cancels the handler when the deadline passes or the client goes away;
-            # work already handed to a worker thread runs to its end and is dropped.
+            # pool work stops at its next image boundary (see _cancellable).
             remaining = context.time_remaining()
-            why = "deadline exceeded" if remaining is not None and remaining < 0.01 else "cancelled by the client"
-            log.info("%s: %s", fn.__name__.lstrip("_"), why)
+            deadline = remaining is not None and remaining < 0.01
+            code = "DEADLINE_EXCEEDED" if deadline else "CANCELLED"
+            message = "deadline exceeded" if deadline else "cancelled by the client"
+            log.info("%s: %s", fn.__name__.lstrip("_"), message)
             raise
         except grpc.aio.AbortError:
+            code = "UNKNOWN"
             raise
         except Exception as e:  # a bug: report it, keep serving
+            code, message = "INTERNAL", f"internal error: {type(e).__name__}: {e}"
             log.exception("internal error")
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+            await context.abort(grpc.StatusCode.INTERNAL, message)
+        finally:
+            if ticket is not None:
+                ticket.release()
+            self.metrics.finish(rec, code, message)
+
+
+def _timed(fn, *args):
+    """``(fn(*args), ms)``, timed inside the worker (so waiting for one is not counted)."""
+    t = time.perf_counter()
+    result = fn(*args)
+    return result, (time.perf_counter() - t) * 1e3
 
 
 def _response(request, out: PreprocessOutput, field_layout, backend) -> pb.PreprocessResponse:
@@ -257,3 +362,46 @@ def _model_info(info: dict) -> pb.ModelInfo:
         mrope=info["mrope"],
         max_images_per_request=info["max_images_per_request"],
     )
+
+
+def stats_response(s: Snapshot) -> pb.GetStatsResponse:
+    resp = pb.GetStatsResponse(
+        uptime_s=s.uptime_s,
+        in_flight=s.in_flight,
+        max_in_flight=s.max_in_flight,
+        rejected_busy=s.rejected_busy,
+        requests=s.requests,
+        statuses=[pb.StatusCount(method=m, code=c, count=n) for (m, c), n in sorted(s.statuses.items())],
+        images=s.images,
+        image_bytes=s.image_bytes,
+        work=pb.WorkStats(busy=max(0, s.work_busy), image_steps=s.image_steps, image_steps_skipped=s.image_steps_skipped),
+    )
+    f = s.fetch or {}
+    resp.fetch.CopyFrom(
+        pb.FetchStats(
+            started=f.get("fetches_started", 0),
+            failed=f.get("fetches_failed", 0),
+            bytes_fetched=f.get("bytes_fetched", 0),
+            in_flight=f.get("in_flight", 0),
+            refusals=f.get("refusals", {}),
+        )
+    )
+    if s.cache is not None:
+        c = s.cache
+        resp.cache.CopyFrom(
+            pb.CacheStats(
+                hits=c.hits, misses=c.misses, evictions=c.evictions, items=c.items,
+                bytes=c.bytes, max_bytes=c.max_bytes, too_large=c.too_large,
+            )
+        )
+    if s.store is not None:
+        st = s.store
+        resp.store.CopyFrom(
+            pb.StoreStats(
+                items=st.items, bytes=st.bytes, max_items=st.max_items, max_bytes=st.max_bytes,
+                evicted=st.evicted, expired=st.expired,
+            )
+        )
+    for stage, h in s.stages.items():
+        resp.stages.add(stage=stage, count=h.count, sum_ms=h.sum_ms, upper_bounds_ms=BUCKETS_MS, bucket_counts=h.counts)
+    return resp

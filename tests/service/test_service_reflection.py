@@ -80,6 +80,7 @@ def test_list_describe_call(server):
             "Assemble": ("sglang_mm.v1.AssembleRequest", "sglang_mm.v1.AssembleResponse"),
             "Release": ("sglang_mm.v1.ReleaseRequest", "sglang_mm.v1.ReleaseResponse"),
             "ListModels": ("sglang_mm.v1.ListModelsRequest", "sglang_mm.v1.ListModelsResponse"),
+            "GetStats": ("sglang_mm.v1.GetStatsRequest", "sglang_mm.v1.GetStatsResponse"),
         }
         payload = pool.FindMessageTypeByName("sglang_mm.v1.BackendPayload")
         assert {f.name: f.message_type.full_name for f in payload.oneofs_by_name["mm_inputs"].fields} == {

@@ -27,7 +27,7 @@ from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as trtllm_dot_trtllm
 from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vllm_dot_grpc_dot_engine_dot_vllm__engine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fsglang_mm/v1/preprocessor.proto\x12\x0csglang_mm.v1\x1a,sglang/grpc/scheduler/sglang_scheduler.proto\x1a\x1btrtllm/trtllm_service.proto\x1a\"vllm/grpc/engine/vllm_engine.proto\"8\n\nTensorData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"2\n\x10PlaceholderRange\x12\x0e\n\x06offset\x18\x01 \x01(\r\x12\x0e\n\x06length\x18\x02 \x01(\r\"4\n\tMediaItem\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x08\n\x06source\"\xaf\x01\n\x11PreprocessRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tinput_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.MediaItem\x12&\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x13\n\x0bkeep_handle\x18\x06 \x01(\x08\"\x83\x02\n\tImageInfo\x12\x0c\n\x04hash\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x38\n\x10structural_range\x18\x03 \x01(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x34\n\x0cpatch_ranges\x18\x04 \x03(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x0e\n\x06height\x18\x05 \x01(\r\x12\r\n\x05width\x18\x06 \x01(\r\x12\x16\n\x0eresized_height\x18\x07 \x01(\r\x12\x15\n\rresized_width\x18\x08 \x01(\r\x12\x15\n\rencoded_bytes\x18\t \x01(\x04\"L\n\x0eMropePositions\x12+\n\tpositions\x18\x01 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x03\"Y\n\x0cStageTimings\x12\x10\n\x08\x66\x65tch_ms\x18\x01 \x01(\x01\x12\x11\n\tdecode_ms\x18\x02 \x01(\x01\x12\x12\n\nprocess_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\"\x95\x02\n\x12PreprocessResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\'\n\x06images\x18\x03 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12+\n\x05mrope\x18\x04 \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x12\x0e\n\x06handle\x18\x05 \x01(\t\x12-\n\x07payload\x18\x06 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\x12+\n\x07timings\x18\x07 \x01(\x0b\x32\x1a.sglang_mm.v1.StageTimings\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\"\xf2\x01\n\x0e\x42\x61\x63kendPayload\x12&\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x39\n\x06sglang\x18\x03 \x01(\x0b\x32\'.sglang.grpc.scheduler.MultimodalInputsH\x00\x12\x32\n\x04vllm\x18\x04 \x01(\x0b\x32\".vllm.grpc.engine.MultimodalInputsH\x00\x12)\n\x06trtllm\x18\x05 \x01(\x0b\x32\x17.trtllm.MultimodalInputH\x00\x42\x0b\n\tmm_inputs\"Z\n\x0f\x41ssembleRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\x12&\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x0f\n\x07release\x18\x03 \x01(\x08\"A\n\x10\x41ssembleResponse\x12-\n\x07payload\x18\x01 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\" \n\x0eReleaseRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\xa4\x04\n\x16MultimodalIntermediate\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x1a\n\x12original_input_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12.\n\x0cpixel_values\x18\x05 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\x42\n\x07tensors\x18\x06 \x03(\x0b\x32\x31.sglang_mm.v1.MultimodalIntermediate.TensorsEntry\x12\x12\n\nimage_data\x18\x07 \x03(\x0c\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\x12\x14\n\x0c\x62\x61tched_keys\x18\t \x03(\t\x12\x45\n\tflat_keys\x18\n \x03(\x0b\x32\x32.sglang_mm.v1.MultimodalIntermediate.FlatKeysEntry\x12+\n\x05mrope\x18\x0b \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x1aH\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData:\x02\x38\x01\x1a/\n\rFlatKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"\x9c\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmodalities\x18\x04 \x03(\t\x12\x16\n\x0eimage_token_id\x18\x05 \x01(\r\x12\x38\n\ttoken_ids\x18\x06 \x03(\x0b\x32%.sglang_mm.v1.ModelInfo.TokenIdsEntry\x12\x1b\n\x13reference_processor\x18\x07 \x01(\t\x12\r\n\x05mrope\x18\x08 \x01(\x08\x12\x1e\n\x16max_images_per_request\x18\t \x01(\r\x1a/\n\rTokenIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.sglang_mm.v1.ModelInfo*\\\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42\x41\x43KEND_SGLANG\x10\x01\x12\x10\n\x0c\x42\x41\x43KEND_VLLM\x10\x02\x12\x12\n\x0e\x42\x41\x43KEND_TRTLLM\x10\x03\x32\xcd\x02\n\x16MultimodalPreprocessor\x12O\n\nPreprocess\x12\x1f.sglang_mm.v1.PreprocessRequest\x1a .sglang_mm.v1.PreprocessResponse\x12I\n\x08\x41ssemble\x12\x1d.sglang_mm.v1.AssembleRequest\x1a\x1e.sglang_mm.v1.AssembleResponse\x12\x46\n\x07Release\x12\x1c.sglang_mm.v1.ReleaseRequest\x1a\x1d.sglang_mm.v1.ReleaseResponse\x12O\n\nListModels\x12\x1f.sglang_mm.v1.ListModelsRequest\x1a .sglang_mm.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fsglang_mm/v1/preprocessor.proto\x12\x0csglang_mm.v1\x1a,sglang/grpc/scheduler/sglang_scheduler.proto\x1a\x1btrtllm/trtllm_service.proto\x1a\"vllm/grpc/engine/vllm_engine.proto\"8\n\nTensorData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"2\n\x10PlaceholderRange\x12\x0e\n\x06offset\x18\x01 \x01(\r\x12\x0e\n\x06length\x18\x02 \x01(\r\"4\n\tMediaItem\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x08\n\x06source\"\xaf\x01\n\x11PreprocessRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tinput_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.MediaItem\x12&\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x13\n\x0bkeep_handle\x18\x06 \x01(\x08\"\x83\x02\n\tImageInfo\x12\x0c\n\x04hash\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x38\n\x10structural_range\x18\x03 \x01(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x34\n\x0cpatch_ranges\x18\x04 \x03(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x0e\n\x06height\x18\x05 \x01(\r\x12\r\n\x05width\x18\x06 \x01(\r\x12\x16\n\x0eresized_height\x18\x07 \x01(\r\x12\x15\n\rresized_width\x18\x08 \x01(\r\x12\x15\n\rencoded_bytes\x18\t \x01(\x04\"L\n\x0eMropePositions\x12+\n\tpositions\x18\x01 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x03\"\x81\x01\n\x0cStageTimings\x12\x10\n\x08\x66\x65tch_ms\x18\x01 \x01(\x01\x12\x11\n\tdecode_ms\x18\x02 \x01(\x01\x12\x12\n\nprocess_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\x12\x11\n\tlayout_ms\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ssemble_ms\x18\x06 \x01(\x01\"\x95\x02\n\x12PreprocessResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\'\n\x06images\x18\x03 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12+\n\x05mrope\x18\x04 \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x12\x0e\n\x06handle\x18\x05 \x01(\t\x12-\n\x07payload\x18\x06 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\x12+\n\x07timings\x18\x07 \x01(\x0b\x32\x1a.sglang_mm.v1.StageTimings\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\"\xf2\x01\n\x0e\x42\x61\x63kendPayload\x12&\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x39\n\x06sglang\x18\x03 \x01(\x0b\x32\'.sglang.grpc.scheduler.MultimodalInputsH\x00\x12\x32\n\x04vllm\x18\x04 \x01(\x0b\x32\".vllm.grpc.engine.MultimodalInputsH\x00\x12)\n\x06trtllm\x18\x05 \x01(\x0b\x32\x17.trtllm.MultimodalInputH\x00\x42\x0b\n\tmm_inputs\"Z\n\x0f\x41ssembleRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\x12&\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x0f\n\x07release\x18\x03 \x01(\x08\"A\n\x10\x41ssembleResponse\x12-\n\x07payload\x18\x01 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\" \n\x0eReleaseRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\xa4\x04\n\x16MultimodalIntermediate\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x1a\n\x12original_input_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12.\n\x0cpixel_values\x18\x05 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\x42\n\x07tensors\x18\x06 \x03(\x0b\x32\x31.sglang_mm.v1.MultimodalIntermediate.TensorsEntry\x12\x12\n\nimage_data\x18\x07 \x03(\x0c\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\x12\x14\n\x0c\x62\x61tched_keys\x18\t \x03(\t\x12\x45\n\tflat_keys\x18\n \x03(\x0b\x32\x32.sglang_mm.v1.MultimodalIntermediate.FlatKeysEntry\x12+\n\x05mrope\x18\x0b \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x1aH\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData:\x02\x38\x01\x1a/\n\rFlatKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"\x9c\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmodalities\x18\x04 \x03(\t\x12\x16\n\x0eimage_token_id\x18\x05 \x01(\r\x12\x38\n\ttoken_ids\x18\x06 \x03(\x0b\x32%.sglang_mm.v1.ModelInfo.TokenIdsEntry\x12\x1b\n\x13reference_processor\x18\x07 \x01(\t\x12\r\n\x05mrope\x18\x08 \x01(\x08\x12\x1e\n\x16max_images_per_request\x18\t \x01(\r\x1a/\n\rTokenIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.sglang_mm.v1.ModelInfo\"\x11\n\x0fGetStatsRequest\":\n\x0bStatusCount\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\"p\n\x10LatencyHistogram\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0e\n\x06sum_ms\x18\x03 \x01(\x01\x12\x17\n\x0fupper_bounds_ms\x18\x04 \x03(\x01\x12\x15\n\rbucket_counts\x18\x05 \x03(\x04\"\xc2\x01\n\nFetchStats\x12\x0f\n\x07started\x18\x01 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x04\x12\x15\n\rbytes_fetched\x18\x03 \x01(\x04\x12\x11\n\tin_flight\x18\x04 \x01(\r\x12\x38\n\x08refusals\x18\x05 \x03(\x0b\x32&.sglang_mm.v1.FetchStats.RefusalsEntry\x1a/\n\rRefusalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x81\x01\n\nCacheStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x0e\n\x06misses\x18\x02 \x01(\x04\x12\x11\n\tevictions\x18\x03 \x01(\x04\x12\r\n\x05items\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x11\n\tmax_bytes\x18\x06 \x01(\x04\x12\x11\n\ttoo_large\x18\x07 \x01(\x04\"r\n\nStoreStats\x12\r\n\x05items\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x11\n\tmax_items\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x65victed\x18\x05 \x01(\x04\x12\x0f\n\x07\x65xpired\x18\x06 \x01(\x04\"K\n\tWorkStats\x12\x0c\n\x04\x62usy\x18\x01 \x01(\r\x12\x13\n\x0bimage_steps\x18\x02 \x01(\x04\x12\x1b\n\x13image_steps_skipped\x18\x03 \x01(\x04\"\xfa\x03\n\x10GetStatsResponse\x12\x10\n\x08uptime_s\x18\x01 \x01(\x01\x12\x11\n\tin_flight\x18\x02 \x01(\r\x12\x15\n\rmax_in_flight\x18\x03 \x01(\r\x12\x15\n\rrejected_busy\x18\x04 \x01(\x04\x12>\n\x08requests\x18\x05 \x03(\x0b\x32,.sglang_mm.v1.GetStatsResponse.RequestsEntry\x12+\n\x08statuses\x18\x06 \x03(\x0b\x32\x19.sglang_mm.v1.StatusCount\x12\x0e\n\x06images\x18\x07 \x01(\x04\x12\x13\n\x0bimage_bytes\x18\x08 \x01(\x04\x12\'\n\x05\x66\x65tch\x18\t \x01(\x0b\x32\x18.sglang_mm.v1.FetchStats\x12\'\n\x05\x63\x61\x63he\x18\n \x01(\x0b\x32\x18.sglang_mm.v1.CacheStats\x12\'\n\x05store\x18\x0b \x01(\x0b\x32\x18.sglang_mm.v1.StoreStats\x12%\n\x04work\x18\x0c \x01(\x0b\x32\x17.sglang_mm.v1.WorkStats\x12.\n\x06stages\x18\r \x03(\x0b\x32\x1e.sglang_mm.v1.LatencyHistogram\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01*\\\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42\x41\x43KEND_SGLANG\x10\x01\x12\x10\n\x0c\x42\x41\x43KEND_VLLM\x10\x02\x12\x12\n\x0e\x42\x41\x43KEND_TRTLLM\x10\x03\x32\x98\x03\n\x16MultimodalPreprocessor\x12O\n\nPreprocess\x12\x1f.sglang_mm.v1.PreprocessRequest\x1a .sglang_mm.v1.PreprocessResponse\x12I\n\x08\x41ssemble\x12\x1d.sglang_mm.v1.AssembleRequest\x1a\x1e.sglang_mm.v1.AssembleResponse\x12\x46\n\x07Release\x12\x1c.sglang_mm.v1.ReleaseRequest\x1a\x1d.sglang_mm.v1.ReleaseResponse\x12O\n\nListModels\x12\x1f.sglang_mm.v1.ListModelsRequest\x1a .sglang_mm.v1.ListModelsResponse\x12I\n\x08GetStats\x12\x1d.sglang_mm.v1.GetStatsRequest\x1a\x1e.sglang_mm.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,8 +40,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_options = b'8\001'
   _globals['_MODELINFO_TOKENIDSENTRY']._loaded_options = None
   _globals['_MODELINFO_TOKENIDSENTRY']._serialized_options = b'8\001'
-  _globals['_BACKEND']._serialized_start=2610
-  _globals['_BACKEND']._serialized_end=2702
+  _globals['_FETCHSTATS_REFUSALSENTRY']._loaded_options = None
+  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_options = b'8\001'
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._loaded_options = None
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_options = b'8\001'
+  _globals['_BACKEND']._serialized_start=3875
+  _globals['_BACKEND']._serialized_end=3967
   _globals['_TENSORDATA']._serialized_start=160
   _globals['_TENSORDATA']._serialized_end=216
   _globals['_PLACEHOLDERRANGE']._serialized_start=218
@@ -54,34 +58,54 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGEINFO']._serialized_end=762
   _globals['_MROPEPOSITIONS']._serialized_start=764
   _globals['_MROPEPOSITIONS']._serialized_end=840
-  _globals['_STAGETIMINGS']._serialized_start=842
-  _globals['_STAGETIMINGS']._serialized_end=931
-  _globals['_PREPROCESSRESPONSE']._serialized_start=934
-  _globals['_PREPROCESSRESPONSE']._serialized_end=1211
-  _globals['_BACKENDPAYLOAD']._serialized_start=1214
-  _globals['_BACKENDPAYLOAD']._serialized_end=1456
-  _globals['_ASSEMBLEREQUEST']._serialized_start=1458
-  _globals['_ASSEMBLEREQUEST']._serialized_end=1548
-  _globals['_ASSEMBLERESPONSE']._serialized_start=1550
-  _globals['_ASSEMBLERESPONSE']._serialized_end=1615
-  _globals['_RELEASEREQUEST']._serialized_start=1617
-  _globals['_RELEASEREQUEST']._serialized_end=1649
-  _globals['_RELEASERESPONSE']._serialized_start=1651
-  _globals['_RELEASERESPONSE']._serialized_end=1686
-  _globals['_MULTIMODALINTERMEDIATE']._serialized_start=1689
-  _globals['_MULTIMODALINTERMEDIATE']._serialized_end=2237
-  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_start=2116
-  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_end=2188
-  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_start=2190
-  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_end=2237
-  _globals['_LISTMODELSREQUEST']._serialized_start=2239
-  _globals['_LISTMODELSREQUEST']._serialized_end=2258
-  _globals['_MODELINFO']._serialized_start=2261
-  _globals['_MODELINFO']._serialized_end=2545
-  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_start=2498
-  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_end=2545
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2547
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2608
-  _globals['_MULTIMODALPREPROCESSOR']._serialized_start=2705
-  _globals['_MULTIMODALPREPROCESSOR']._serialized_end=3038
+  _globals['_STAGETIMINGS']._serialized_start=843
+  _globals['_STAGETIMINGS']._serialized_end=972
+  _globals['_PREPROCESSRESPONSE']._serialized_start=975
+  _globals['_PREPROCESSRESPONSE']._serialized_end=1252
+  _globals['_BACKENDPAYLOAD']._serialized_start=1255
+  _globals['_BACKENDPAYLOAD']._serialized_end=1497
+  _globals['_ASSEMBLEREQUEST']._serialized_start=1499
+  _globals['_ASSEMBLEREQUEST']._serialized_end=1589
+  _globals['_ASSEMBLERESPONSE']._serialized_start=1591
+  _globals['_ASSEMBLERESPONSE']._serialized_end=1656
+  _globals['_RELEASEREQUEST']._serialized_start=1658
+  _globals['_RELEASEREQUEST']._serialized_end=1690
+  _globals['_RELEASERESPONSE']._serialized_start=1692
+  _globals['_RELEASERESPONSE']._serialized_end=1727
+  _globals['_MULTIMODALINTERMEDIATE']._serialized_start=1730
+  _globals['_MULTIMODALINTERMEDIATE']._serialized_end=2278
+  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_start=2157
+  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_end=2229
+  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_start=2231
+  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_end=2278
+  _globals['_LISTMODELSREQUEST']._serialized_start=2280
+  _globals['_LISTMODELSREQUEST']._serialized_end=2299
+  _globals['_MODELINFO']._serialized_start=2302
+  _globals['_MODELINFO']._serialized_end=2586
+  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_start=2539
+  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_end=2586
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2588
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2649
+  _globals['_GETSTATSREQUEST']._serialized_start=2651
+  _globals['_GETSTATSREQUEST']._serialized_end=2668
+  _globals['_STATUSCOUNT']._serialized_start=2670
+  _globals['_STATUSCOUNT']._serialized_end=2728
+  _globals['_LATENCYHISTOGRAM']._serialized_start=2730
+  _globals['_LATENCYHISTOGRAM']._serialized_end=2842
+  _globals['_FETCHSTATS']._serialized_start=2845
+  _globals['_FETCHSTATS']._serialized_end=3039
+  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_start=2992
+  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_end=3039
+  _globals['_CACHESTATS']._serialized_start=3042
+  _globals['_CACHESTATS']._serialized_end=3171
+  _globals['_STORESTATS']._serialized_start=3173
+  _globals['_STORESTATS']._serialized_end=3287
+  _globals['_WORKSTATS']._serialized_start=3289
+  _globals['_WORKSTATS']._serialized_end=3364
+  _globals['_GETSTATSRESPONSE']._serialized_start=3367
+  _globals['_GETSTATSRESPONSE']._serialized_end=3873
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_start=3826
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_end=3873
+  _globals['_MULTIMODALPREPROCESSOR']._serialized_start=3970
+  _globals['_MULTIMODALPREPROCESSOR']._serialized_end=4378
 # @@protoc_insertion_point(module_scope)

@@ -94,16 +94,20 @@ class MropePositions(_message.Message):
     def __init__(self, positions: _Optional[_Union[TensorData, _Mapping]] = ..., delta: _Optional[int] = ...) -> None: ...
 
 class StageTimings(_message.Message):
-    __slots__ = ("fetch_ms", "decode_ms", "process_ms", "total_ms")
+    __slots__ = ("fetch_ms", "decode_ms", "process_ms", "total_ms", "layout_ms", "assemble_ms")
     FETCH_MS_FIELD_NUMBER: _ClassVar[int]
     DECODE_MS_FIELD_NUMBER: _ClassVar[int]
     PROCESS_MS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ASSEMBLE_MS_FIELD_NUMBER: _ClassVar[int]
     fetch_ms: float
     decode_ms: float
     process_ms: float
     total_ms: float
-    def __init__(self, fetch_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., process_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+    layout_ms: float
+    assemble_ms: float
+    def __init__(self, fetch_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., process_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., layout_ms: _Optional[float] = ..., assemble_ms: _Optional[float] = ...) -> None: ...
 
 class PreprocessResponse(_message.Message):
     __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id")
@@ -245,3 +249,133 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class GetStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusCount(_message.Message):
+    __slots__ = ("method", "code", "count")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    code: str
+    count: int
+    def __init__(self, method: _Optional[str] = ..., code: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class LatencyHistogram(_message.Message):
+    __slots__ = ("stage", "count", "sum_ms", "upper_bounds_ms", "bucket_counts")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUM_MS_FIELD_NUMBER: _ClassVar[int]
+    UPPER_BOUNDS_MS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    count: int
+    sum_ms: float
+    upper_bounds_ms: _containers.RepeatedScalarFieldContainer[float]
+    bucket_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, stage: _Optional[str] = ..., count: _Optional[int] = ..., sum_ms: _Optional[float] = ..., upper_bounds_ms: _Optional[_Iterable[float]] = ..., bucket_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FetchStats(_message.Message):
+    __slots__ = ("started", "failed", "bytes_fetched", "in_flight", "refusals")
+    class RefusalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    started: int
+    failed: int
+    bytes_fetched: int
+    in_flight: int
+    refusals: _containers.ScalarMap[str, int]
+    def __init__(self, started: _Optional[int] = ..., failed: _Optional[int] = ..., bytes_fetched: _Optional[int] = ..., in_flight: _Optional[int] = ..., refusals: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class CacheStats(_message.Message):
+    __slots__ = ("hits", "misses", "evictions", "items", "bytes", "max_bytes", "too_large")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    hits: int
+    misses: int
+    evictions: int
+    items: int
+    bytes: int
+    max_bytes: int
+    too_large: int
+    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., too_large: _Optional[int] = ...) -> None: ...
+
+class StoreStats(_message.Message):
+    __slots__ = ("items", "bytes", "max_items", "max_bytes", "evicted", "expired")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    items: int
+    bytes: int
+    max_items: int
+    max_bytes: int
+    evicted: int
+    expired: int
+    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_items: _Optional[int] = ..., max_bytes: _Optional[int] = ..., evicted: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
+
+class WorkStats(_message.Message):
+    __slots__ = ("busy", "image_steps", "image_steps_skipped")
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_STEPS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    busy: int
+    image_steps: int
+    image_steps_skipped: int
+    def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ...) -> None: ...
+
+class GetStatsResponse(_message.Message):
+    __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages")
+    class RequestsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_BUSY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    WORK_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    uptime_s: float
+    in_flight: int
+    max_in_flight: int
+    rejected_busy: int
+    requests: _containers.ScalarMap[str, int]
+    statuses: _containers.RepeatedCompositeFieldContainer[StatusCount]
+    images: int
+    image_bytes: int
+    fetch: FetchStats
+    cache: CacheStats
+    store: StoreStats
+    work: WorkStats
+    stages: _containers.RepeatedCompositeFieldContainer[LatencyHistogram]
+    def __init__(self, uptime_s: _Optional[float] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., rejected_busy: _Optional[int] = ..., requests: _Optional[_Mapping[str, int]] = ..., statuses: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., images: _Optional[int] = ..., image_bytes: _Optional[int] = ..., fetch: _Optional[_Union[FetchStats, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., store: _Optional[_Union[StoreStats, _Mapping]] = ..., work: _Optional[_Union[WorkStats, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ...) -> None: ...

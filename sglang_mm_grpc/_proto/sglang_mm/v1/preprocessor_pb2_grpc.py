@@ -54,6 +54,11 @@ class MultimodalPreprocessorStub:
                 request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/sglang_mm.v1.MultimodalPreprocessor/GetStats',
+                request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class MultimodalPreprocessorServicer:
@@ -87,6 +92,15 @@ class MultimodalPreprocessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """Counters since start: requests and statuses, admission, fetches, cache, handle
+        store, worker work and per-stage latency histograms (also served as Prometheus
+        text with `serve --metrics-port`). Never refused as busy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MultimodalPreprocessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +123,11 @@ def add_MultimodalPreprocessorServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsRequest.FromString,
                     response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.FromString,
+                    response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +238,33 @@ class MultimodalPreprocessor:
             '/sglang_mm.v1.MultimodalPreprocessor/ListModels',
             sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsRequest.SerializeToString,
             sglang__mm_dot_v1_dot_preprocessor__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang_mm.v1.MultimodalPreprocessor/GetStats',
+            sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.SerializeToString,
+            sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,106 @@
+"""Prometheus text for a metrics Snapshot, served over HTTP (``serve --metrics-port``).
+
+The collector takes one snapshot per scrape, on the HTTP server's own thread, so
+requests never touch prometheus_client. Latencies are exported in seconds, as
+Prometheus expects.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import CollectorRegistry
+
+from .metrics import BUCKETS_MS, Snapshot
+
+PREFIX = "sglang_mm_"
+
+
+class SnapshotCollector:
+    def __init__(self, snapshot: Callable[[], Snapshot]):
+        self._snapshot = snapshot
+
+    def collect(self):
+        s = self._snapshot()
+        yield _gauge("uptime_seconds", "Seconds since the server started.", s.uptime_s)
+        yield _gauge("in_flight", "Requests holding a handler or a worker now.", s.in_flight)
+        yield _gauge("max_in_flight", "In-flight limit; past it requests get RESOURCE_EXHAUSTED.", s.max_in_flight)
+        yield _counter("rejected_busy", "Requests refused because the in-flight limit was reached.", s.rejected_busy)
+
+        req = CounterMetricFamily(PREFIX + "requests", "RPCs started, by method.", labels=["method"])
+        for method, n in sorted(s.requests.items()):
+            req.add_metric([method], n)
+        yield req
+        resp = CounterMetricFamily(PREFIX + "responses", "RPCs finished, by method and status code.", labels=["method", "code"])
+        for (method, code), n in sorted(s.statuses.items()):
+            resp.add_metric([method, code], n)
+        yield resp
+        yield _counter("images", "Images in successful Preprocess calls.", s.images)
+        yield _counter("image_bytes", "Encoded bytes of those images.", s.image_bytes)
+
+        f = s.fetch or {}
+        yield _counter("fetches", "Fetches started (http(s) and local files).", f.get("fetches_started", 0))
+        yield _counter("fetch_failures", "Fetches that failed.", f.get("fetches_failed", 0))
+        yield _counter("fetch_bytes", "Bytes fetched (http(s) and local files).", f.get("bytes_fetched", 0))
+        yield _gauge("fetches_in_flight", "Fetches in flight now.", f.get("in_flight", 0))
+        refusals = CounterMetricFamily(PREFIX + "fetch_refusals", "Sources refused by the fetch policy, by reason.", labels=["reason"])
+        for reason, n in sorted(f.get("refusals", {}).items()):
+            refusals.add_metric([reason], n)
+        yield refusals
+
+        if s.cache is not None:
+            c = s.cache
+            yield _counter("cache_hits", "Preprocessing cache hits.", c.hits)
+            yield _counter("cache_misses", "Preprocessing cache misses.", c.misses)
+            yield _counter("cache_evictions", "Preprocessing cache evictions.", c.evictions)
+            yield _gauge("cache_items", "Images in the preprocessing cache.", c.items)
+            yield _gauge("cache_bytes", "Bytes in the preprocessing cache.", c.bytes)
+            yield _gauge("cache_max_bytes", "Preprocessing cache capacity.", c.max_bytes)
+        if s.store is not None:
+            st = s.store
+            yield _gauge("store_items", "Handles kept now.", st.items)
+            yield _gauge("store_bytes", "Bytes kept under handles now.", st.bytes)
+            yield _gauge("store_max_bytes", "Handle store capacity in bytes.", st.max_bytes)
+            yield _gauge("store_max_items", "Handle store capacity in handles.", st.max_items)
+            yield _counter("store_evictions", "Handles evicted to make room.", st.evicted)
+            yield _counter("store_expired", "Handles that expired unused.", st.expired)
+
+        yield _gauge("worker_busy", "Worker pool tasks running or queued now.", s.work_busy)
+        steps = CounterMetricFamily(PREFIX + "image_steps", "Per-image decode/process steps, by outcome.", labels=["outcome"])
+        steps.add_metric(["run"], s.image_steps)
+        steps.add_metric(["skipped_cancelled"], s.image_steps_skipped)
+        yield steps
+
+        hist = HistogramMetricFamily(PREFIX + "stage_seconds", "Latency of each stage of successful calls.", labels=["stage"])
+        for stage, h in s.stages.items():
+            cumulative, buckets = 0, []
+            for bound, n in zip((*BUCKETS_MS, float("inf")), h.counts):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound / 1e3), cumulative))
+            hist.add_metric([stage], buckets, sum_value=h.sum_ms / 1e3)
+        yield hist
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+
+class MetricsEndpoint:
+    """``GET /metrics`` (any path) on ``host:port``; ``close`` stops it."""
+
+    def __init__(self, host: str, port: int, snapshot: Callable[[], Snapshot]):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(snapshot))
+        self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self._httpd.server_address[1]
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)

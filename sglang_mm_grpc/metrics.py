@@ -1,0 +1,167 @@
+"""Service counters, stage latency histograms and the per-request log line, in one place.
+
+The hot path only adds to plain integers under one lock; nothing here imports
+prometheus_client (``exporter.py`` renders a snapshot when scraped). The counters of
+the other parts (fetcher, cache, handle store, driver work) stay where they are kept
+and are read into the same ``Snapshot`` on demand.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+#: Stages every request log line and histogram reports, in order. ``queue`` is time
+#: spent waiting for a worker; decode is summed over images (they run in parallel).
+STAGES = ("fetch", "queue", "decode", "process", "layout", "assemble", "total")
+#: Histogram upper bounds (ms); one more bucket holds everything slower.
+BUCKETS_MS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+
+request_log = logging.getLogger("sglang_mm_grpc.requests")
+
+_CLIP = 128  # characters of a client-given string (request id, model) in the log
+
+
+class WorkCounters:
+    """Per-image steps run or skipped by cancellation (updated from worker threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.run = 0
+        self.skipped = 0
+
+    def add(self, *, run: int = 0, skipped: int = 0) -> None:
+        with self._lock:
+            self.run += run
+            self.skipped += skipped
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))
+    count: int = 0
+    sum_ms: float = 0.0
+
+    def observe(self, ms: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS_MS, ms)] += 1
+        self.count += 1
+        self.sum_ms += ms
+
+    def copy(self) -> "Histogram":
+        return Histogram(list(self.counts), self.count, self.sum_ms)
+
+    def quantile(self, q: float) -> float:
+        """Upper bound of the bucket holding the q-quantile (inf past the last bound)."""
+        if self.count == 0:
+            return 0.0
+        rank, seen = q * self.count, 0
+        for bound, n in zip((*BUCKETS_MS, float("inf")), self.counts):
+            seen += n
+            if seen >= rank:
+                return bound
+        return float("inf")
+
+
+@dataclass
+class RequestRecord:
+    """What one RPC did; filled in by the handler as it goes, logged once at the end."""
+
+    method: str
+    request_id: str = ""
+    model: str = ""
+    backend: str = ""
+    images: int = 0
+    bytes: int = 0
+    handle: str = ""
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    t0: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Snapshot:
+    """Every counter at one moment (the GetStats reply and the Prometheus scrape)."""
+
+    uptime_s: float
+    in_flight: int
+    max_in_flight: int
+    rejected_busy: int
+    requests: dict[str, int]
+    statuses: dict[tuple[str, str], int]
+    images: int
+    image_bytes: int
+    stages: dict[str, Histogram]
+    fetch: dict = field(default_factory=dict)
+    cache: object | None = None  # cache.CacheStats
+    store: object | None = None  # store.StoreStats
+    work_busy: int = 0
+    image_steps: int = 0
+    image_steps_skipped: int = 0
+
+
+class Metrics:
+    """Request counters: by method, by final status, images and bytes, stage latencies."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+        self._requests: Counter[str] = Counter()
+        self._statuses: Counter[tuple[str, str]] = Counter()
+        self._images = 0
+        self._image_bytes = 0
+        self._stages = {s: Histogram() for s in STAGES}
+
+    def started_call(self, method: str) -> None:
+        with self._lock:
+            self._requests[method] += 1
+
+    def finish(self, rec: RequestRecord, code: str, message: str = "") -> None:
+        """Count the call's outcome and write its one log line."""
+        total = (time.perf_counter() - rec.t0) * 1e3
+        rec.stages_ms["total"] = total
+        with self._lock:
+            self._statuses[(rec.method, code)] += 1
+            if code == "OK":
+                self._images += rec.images
+                self._image_bytes += rec.bytes
+                for stage, ms in rec.stages_ms.items():
+                    self._stages[stage].observe(ms)
+        if request_log.isEnabledFor(logging.INFO):
+            request_log.info("%s", log_line(rec, code, message))
+
+    def snapshot(self, **parts) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                uptime_s=time.monotonic() - self.started,
+                requests=dict(self._requests),
+                statuses=dict(self._statuses),
+                images=self._images,
+                image_bytes=self._image_bytes,
+                stages={s: h.copy() for s, h in self._stages.items()},
+                **parts,
+            )
+
+
+def log_line(rec: RequestRecord, code: str, message: str = "") -> str:
+    """One JSON object: id, method, model, images, bytes, per-stage ms, status."""
+    entry = {
+        "event": "request",
+        "method": rec.method,
+        "request_id": rec.request_id[:_CLIP],
+        "model": rec.model[:_CLIP],
+        "images": rec.images,
+        "bytes": rec.bytes,
+        "ms": {s: round(rec.stages_ms[s], 3) for s in STAGES if s in rec.stages_ms},
+        "status": code,
+    }
+    if rec.backend:
+        entry["backend"] = rec.backend
+    if rec.handle:
+        entry["handle"] = rec.handle[:8]  # a prefix: a whole handle lets anyone assemble it
+    if message:
+        entry["error"] = message[:512]
+    return json.dumps(entry, separators=(",", ":"))
