@@ -356,6 +356,121 @@ def qwen_torchvision_set():
                        {"preprocessor_config": pre})
 
 
+PHI4_PRESET = "microsoft/Phi-4-multimodal-instruct"
+PHI4_SIZES = [(1, 1), (13, 7), (10, 3000), (3000, 20), (300, 500), (500, 300), (448, 448), (449, 448), (999, 777),
+              (1000, 700), (448, 1741), (1292, 896), (200, 16128), (449, 8512), (3136, 3136),
+              (4000, 3000), (20, 16000)]
+
+
+def phi4_reference(pre: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
+    """The real Phi4MultimodalProcessor (image processor + word-level tokenizer): the
+    image processor's outputs and the expanded ids of "hello <image> world ..."."""
+    _torch()
+    from phi_reference import phi4_processor, phi4_prompt
+    from reference import reference_input
+
+    proc = phi4_processor(pre)
+    images = [reference_input(r) for r in raws]
+    out = {k: np.asarray(v) for k, v in proc.image_processor(images, return_tensors="np").items()}
+    text, _ = phi4_prompt(len(raws))
+    out["input_ids"] = np.asarray(proc(text=text, images=images, return_tensors="np")["input_ids"][0])
+    return out
+
+
+@fixture_set("phi4")
+def phi4_set():
+    """transformers' Phi4MultimodalImageProcessor (torchvision, CPU) and the expanded ids of
+    Phi4MultimodalProcessor (word-level tokenizer, <|endoftext10|> = 200010; prompt from
+    tests/phi_reference.phi4_prompt) for the Phi-4-multimodal preset: tiny, thin, odd,
+    padded grids of every orientation, grids past dynamic_hd (closest-aspect search), a
+    large JPEG, Pillow modes, and one three-image request (batch padding with ones masks);
+    a model directory with dynamic_hd 4 and size 224 / patch 16. Outputs:
+    image_pixel_values, image_sizes, image_attention_mask, num_img_tokens, input_ids."""
+    sys.path.insert(0, str(ROOT))
+    from sglang_mm_grpc.config import resolve
+
+    pre = resolve(PHI4_PRESET).preprocessor_config
+    for h, w in PHI4_SIZES:
+        kind = "noise" if h * w < 400_000 else "smooth"
+        recipe = {"make": "png" if h * w < 1_000_000 else "jpeg", "h": h, "w": w, "seed": h + 3 * w, "kind": kind}
+        yield case(f"{h}x{w}-{kind}", recipe, phi4_reference(pre, [build_input(recipe)]), {"model": PHI4_PRESET})
+    for name in ("png_rgba", "png_p_transparency", "jpeg_cmyk", "jpeg_exif_orientation_6", "png_la", "gif_animated"):
+        recipe = {"make": "mode", "name": name}
+        yield case(f"mode-{name}", recipe, phi4_reference(pre, [build_input(recipe)]), {"model": PHI4_PRESET})
+    items = [{"make": "png", "h": 300, "w": 500, "seed": 1, "kind": "noise"},
+             {"make": "jpeg", "h": 1000, "w": 700, "seed": 2, "kind": "smooth"},
+             {"make": "png", "h": 13, "w": 7, "seed": 3, "kind": "noise"}]
+    recipe = {"make": "list", "items": items}
+    yield case("three-images", recipe, phi4_reference(pre, build_input(recipe)), {"model": PHI4_PRESET})
+    for name, extra in {"dynamic-hd-4": {"dynamic_hd": 4},
+                        "size224-patch16": {"size": {"height": 224, "width": 224}, "patch_size": 16}}.items():
+        d = dict(pre) | extra
+        for h, w in ((300, 500), (37, 2000), (1080, 1920)):
+            recipe = {"make": "png", "h": h, "w": w, "seed": h * w, "kind": "noise"}
+            yield case(f"dir-{name}-{h}x{w}", recipe, phi4_reference(d, [build_input(recipe)]),
+                       {"preprocessor_config": d})
+
+
+PHI3V_PRESETS = {"microsoft/Phi-3-vision-128k-instruct": 16, "microsoft/Phi-3.5-vision-instruct": 4}
+PHI3V_SIZES = [(1, 1), (13, 7), (7, 13), (1, 2000), (3000, 20), (300, 500), (500, 300), (336, 336), (337, 336),
+               (1000, 40), (40, 1000), (999, 777), (1008, 1680), (1344, 1344), (2000, 3000)]
+
+
+def phi3v_fixture_reference(raws: list[bytes], num_crops: int, mean, std) -> dict[str, np.ndarray]:
+    """tests/phi_reference.phi3v_reference (the published remote code, transcribed) and
+    the expanded ids of its layout (<|image_k|> -> 32044 x num_img_tokens)."""
+    _torch()
+    from phi_reference import phi3v_expected_ids, phi3v_reference
+
+    out = phi3v_reference(raws, num_crops, mean, std)
+    _, ids = phi3v_expected_ids(len(raws), out["num_img_tokens"].tolist(), 32044)
+    out["input_ids"] = np.asarray(ids, dtype=np.int64)
+    return out
+
+
+@fixture_set("phi3v")
+def phi3v_set():
+    """Phi-3-vision / Phi-3.5-vision from tests/phi_reference.phi3v_reference, an
+    independent transcription of Microsoft's published Phi3VImageProcessor (PIL
+    transpose/resize/pad, torchvision ToTensor + Normalize, torch F.interpolate bicubic),
+    for both presets (num_crops 16 and 4): tiny, thin (refused sizes excluded), odd,
+    exact-fit and large sizes, Pillow modes, one three-image request; a model directory
+    with num_crops 9 and other statistics. Outputs: pixel_values, image_sizes,
+    num_img_tokens, input_ids (prompt: tests/phi_reference.phi3v_expected_ids)."""
+    sys.path.insert(0, str(ROOT))
+    from sglang_mm_grpc.config import resolve
+    from sglang_mm_grpc.families import phi3v
+
+    for preset, n in PHI3V_PRESETS.items():
+        pre = resolve(preset).preprocessor_config
+        tag = preset.split("/")[1]
+        mean, std = pre["image_mean"], pre["image_std"]
+        for h, w in PHI3V_SIZES:
+            if phi3v.hd_geometry(h, w, n).resized_h == 0:
+                continue
+            kind = "noise" if h * w < 400_000 else "smooth"
+            recipe = {"make": "png" if h * w < 1_000_000 else "jpeg", "h": h, "w": w, "seed": 2 * h + w, "kind": kind}
+            yield case(f"{tag}-{h}x{w}-{kind}", recipe, phi3v_fixture_reference([build_input(recipe)], n, mean, std),
+                       {"model": preset})
+        for name in ("png_rgba", "jpeg_cmyk", "jpeg_exif_orientation_8", "png_1"):
+            recipe = {"make": "mode", "name": name}
+            yield case(f"{tag}-mode-{name}", recipe, phi3v_fixture_reference([build_input(recipe)], n, mean, std),
+                       {"model": preset})
+        items = [{"make": "png", "h": 336, "w": 672, "seed": 1, "kind": "noise"},
+                 {"make": "jpeg", "h": 640, "w": 480, "seed": 2, "kind": "smooth"},
+                 {"make": "png", "h": 30, "w": 3000, "seed": 3, "kind": "noise"}]
+        recipe = {"make": "list", "items": items}
+        yield case(f"{tag}-three-images", recipe, phi3v_fixture_reference(build_input(recipe), n, mean, std),
+                   {"model": preset})
+    d = {"image_processor_type": "Phi3VImageProcessor", "num_crops": 9, "image_mean": [0.5, 0.5, 0.5],
+         "image_std": [0.25, 0.5, 0.125]}
+    for h, w in ((300, 500), (37, 600), (1080, 1920)):
+        recipe = {"make": "jpeg", "h": h, "w": w, "seed": h + w, "kind": "smooth"}
+        yield case(f"dir-crops9-{h}x{w}", recipe,
+                   phi3v_fixture_reference([build_input(recipe)], 9, d["image_mean"], d["image_std"]),
+                   {"preprocessor_config": d})
+
+
 # -- command line -------------------------------------------------------------------------
 
 

@@ -109,7 +109,7 @@ def _convert_to_rgb(im: Image.Image) -> Image.Image:
     ``.convert('RGB')``): alpha composited onto white."""
     from transformers.image_transforms import convert_to_rgb
 
-    return convert_to_rgb(im)
+    return Image.fromarray(convert_to_rgb(im, return_numpy=True))
 
 
 def phi3v_expected_ids(n_images: int, num_img_tokens: list[int], image_token_id: int) -> tuple[list[int], list[int]]:

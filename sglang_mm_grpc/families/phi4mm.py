@@ -41,7 +41,7 @@ import numpy as np
 
 from ..carriers import DecodedImage, ProcessedItem
 from ..errors import invalid
-from ..kernels import bicubic_f32, normalize, window
+from ..kernels import bicubic_f32, normalize, resample_tv, window
 from ..layout import Expansion
 from . import hf_keys
 from .base import Family, FieldLayout, ItemPlan
@@ -223,8 +223,6 @@ class Phi4Multimodal(Family):
         new_h, new_w = plan.resized_size
         rgb = image.rgb
         if rgb.shape[:2] != (new_h, new_w):  # tvF.resize returns an image of the same size as is
-            from ..kernels import resample_tv
-
             rgb = resample_tv.resize_aa_u8(rgb, new_h, new_w, "bilinear")
         window.tiles_chw(rgb, 0, 0, rows, cols, self._lut, out[1:], fill=255)
         th, tw = c.size * rows, c.size * cols
@@ -260,10 +258,7 @@ class Phi4Multimodal(Family):
         return Expansion.repeat(self.image_token_id, item.geometry[0])
 
     def warmup(self) -> None:
-        from ..kernels import resample_tv
-
-        if hasattr(resample_tv, "warmup"):
-            resample_tv.warmup()
+        resample_tv.warmup()
         window.warmup()
         bicubic_f32.warmup()
         rng = np.random.default_rng(0)

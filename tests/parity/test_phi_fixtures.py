@@ -1,0 +1,81 @@
+"""Phi-4-multimodal and Phi-3-vision against the committed fixtures (no torch needed).
+
+``tests/fixtures/phi4.json`` holds the outputs of the real transformers
+``Phi4MultimodalProcessor``; ``tests/fixtures/phi3v.json`` those of the independent
+transcription of Microsoft's published Phi-3-vision processor (tests/phi_reference.py).
+Both are written by ``scripts/gen_fixtures.py`` where torch is installed. Every output
+must match byte for byte (sha256 of the C-order bytes), token ids included.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+import fixtures
+from phi_reference import phi3v_expected_ids, phi4_prompt
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc.config import ModelSource
+
+MODEL_TYPES = {"Phi4MultimodalImageProcessor": "phi4_multimodal", "Phi3VImageProcessor": "phi3_v"}
+
+
+@lru_cache(maxsize=None)
+def _preset(name: str) -> Preprocessor:
+    return Preprocessor.from_model(name)
+
+
+def preprocessor(params: dict) -> Preprocessor:
+    if "model" in params:
+        return _preset(params["model"])
+    pre = params["preprocessor_config"]
+    config = {"model_type": MODEL_TYPES[pre["image_processor_type"]]}
+    return Preprocessor(ModelSource("fixture", "fixture", pre, config).build(), name="fixture", source="fixture")
+
+
+def images(case: dict) -> list[bytes]:
+    value = fixtures.case_input(case)
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.mark.parametrize("case", fixtures.params("phi4"))
+def test_phi4(case):
+    raws = images(case)
+    pp = preprocessor(case["params"])
+    _, ids = phi4_prompt(len(raws), pp.family.image_token_id)
+    out = pp.preprocess(raws, input_ids=ids)
+    want = case["outputs"]
+    fixtures.assert_output(out.pixel_values, want["image_pixel_values"], "image_pixel_values")
+    for name in ("image_sizes", "image_attention_mask", "num_img_tokens"):
+        fixtures.assert_output(out.tensors[name], want[name], name)
+    fixtures.assert_output(out.input_ids, want["input_ids"], "input_ids")
+    assert out.token_counts == out.tensors["num_img_tokens"].tolist()
+
+
+@pytest.mark.parametrize("case", fixtures.params("phi3v"))
+def test_phi3v(case):
+    raws = images(case)
+    pp = preprocessor(case["params"])
+    counts = [pp.family.plan(*_size(r), i).geometry[0] for i, r in enumerate(raws)]
+    source, _ = phi3v_expected_ids(len(raws), counts, pp.family.image_token_id)
+    out = pp.preprocess(raws, input_ids=source)
+    want = case["outputs"]
+    fixtures.assert_output(out.pixel_values, want["pixel_values"], "pixel_values")
+    for name in ("image_sizes", "num_img_tokens"):
+        fixtures.assert_output(out.tensors[name], want[name], name)
+    fixtures.assert_output(out.input_ids, want["input_ids"], "input_ids")
+
+
+def _size(raw: bytes) -> tuple[int, int]:
+    """(height, width) as decoded (EXIF orientation applied), for the prompt's counts."""
+    from reference import reference_input
+
+    w, h = reference_input(raw).size
+    return h, w
+
+
+def test_sets_are_not_empty():
+    assert len(fixtures.cases("phi4")) >= 25 and len(fixtures.cases("phi3v")) >= 40
+    assert np.all([c["outputs"]["input_ids"]["dtype"] == "int64" for c in fixtures.cases("phi4")])
