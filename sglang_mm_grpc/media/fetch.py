@@ -140,8 +140,10 @@ class MediaFetcher:
         try:
             async with _timeout(remaining):
                 await self._slots.acquire()
+            return
         except asyncio.TimeoutError:
-            raise timed_out("the request deadline passed while waiting for a fetch slot") from None
+            pass  # raised below, outside the handler (see _fetch_in_slot)
+        raise timed_out("the request deadline passed while waiting for a fetch slot")
 
     async def _fetch_in_slot(self, source: Source, budget: ByteBudget, deadline: float | None) -> bytes:
         timeout = self.policy.fetch_timeout_s
@@ -160,13 +162,17 @@ class MediaFetcher:
                 # httpx gets a looser per-operation backstop; the scope above is the real bound.
                 return await self._http.fetch(source.value, budget, timeout + 1.0)  # type: ignore[arg-type]
         except asyncio.TimeoutError:
-            self._failed += 1
-            raise timed_out(f"timed out after {timeout:.3g} s ({limit})") from None
+            # Raised below, outside this handler: chained to the TimeoutError, our error
+            # would lead back (through the timeout's task) to the task that holds it, a
+            # cycle keeping the failed fetch's frames until the cyclic GC runs.
+            pass
         except Exception:
             self._failed += 1
             raise
         finally:
             self._in_flight -= 1
+        self._failed += 1
+        raise timed_out(f"timed out after {timeout:.3g} s ({limit})")
 
     def _failures(self, index: int, raw: RawSource) -> "_ItemFailures":
         return _ItemFailures(self, index, raw)
@@ -231,15 +237,29 @@ async def _all_or_nothing(coroutines) -> list:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException:
         await _cancel_all(tasks)
+        del tasks  # the results (inline bytes) must not ride on the cancellation's traceback
         raise
     failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
     if failed:
         await _cancel_all(tasks)
-        raise failed[0].exception()
+        error = failed[0].exception()
+        # Raised from here, the error's traceback holds this frame; this frame must not hold
+        # the error (through a task) or the cycle keeps every frame of the failed fetch
+        # (its body, the request's sources) alive until the cyclic GC runs.
+        del failed, tasks
+        try:
+            raise error
+        finally:
+            del error
     return [t.result() for t in tasks]
 
 
 async def _cancel_all(tasks) -> None:
     for task in tasks:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    # Not gather(): its future would keep every result and error in a cycle with the error
+    # being raised.
+    await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved, so a second failure is not logged as unretrieved

@@ -25,9 +25,10 @@ from .ssrf import AddressRefused, ResolveFailed, Resolver, parse_ip, refusal_rea
 from .transport import Clients
 
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
-# Largest piece inflated at once: zlib builds its output in blocks and then joins them,
-# so one step briefly holds twice its size.
-_INFLATE_STEP = 1 << 20
+# Largest piece inflated at once (zlib builds its output in blocks and then joins them,
+# so one step briefly holds twice its size): the size of a network read, so inflated
+# pieces are allocated like plain ones (from the heap, reusing freed chunks).
+_INFLATE_STEP = 1 << 16
 
 
 def parse_http_url(url: str | httpx.URL) -> httpx.URL:
@@ -205,7 +206,17 @@ class HttpFetcher:
             budget.reserve(declared)
             reserved = declared
         inflater = _inflater(response)
-        chunks, received, wire = [], 0, 0
+        chunks: list[bytes] = []
+        try:
+            return await self._read_chunks(response, budget, inflater, reserved, chunks)
+        finally:
+            chunks.clear()  # on failure, freed now, whatever still holds this frame
+
+    async def _read_chunks(
+        self, response: httpx.Response, budget: ByteBudget, inflater: _Inflater | None, reserved: int, chunks: list[bytes]
+    ) -> bytes:
+        cap = self._policy.max_remote_bytes
+        received, wire = 0, 0
         # Raw bytes: httpx would inflate a whole network read at once, unbounded.
         async for raw in response.aiter_raw():
             self._on_bytes(len(raw))

@@ -13,7 +13,7 @@ target is checked by the caller before sending (see ``remote.py``).
 from __future__ import annotations
 
 import ssl
-from typing import Optional
+from typing import NoReturn, Optional
 
 import httpcore
 import httpx
@@ -45,7 +45,10 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
                 )
             except httpcore.ConnectError as exc:
                 last_error = exc
-        raise last_error  # type: ignore[misc]
+        try:
+            raise last_error  # type: ignore[misc]
+        finally:
+            del last_error  # the error's traceback holds this frame: no cycle back to it
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):
         raise httpcore.ConnectError("unix sockets are not used for media")
@@ -80,6 +83,22 @@ def _as_httpx(exc: Exception) -> Exception:
     return exc
 
 
+def _raise_as_httpx(exc: Exception) -> NoReturn:
+    """Raise ``exc`` as its httpx type (``from exc``), or as itself.
+
+    No frame may keep the raised error in a local: its traceback holds that frame, and
+    the cycle would keep every frame of the failed fetch (its body so far) until the
+    cyclic GC runs.
+    """
+    mapped = _as_httpx(exc)
+    try:
+        if mapped is exc:
+            raise exc
+        raise mapped from exc
+    finally:
+        del mapped, exc
+
+
 class _Body(httpx.AsyncByteStream):
     def __init__(self, stream):
         self._stream = stream
@@ -89,10 +108,7 @@ class _Body(httpx.AsyncByteStream):
             async for part in self._stream:
                 yield part
         except Exception as exc:
-            mapped = _as_httpx(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+            _raise_as_httpx(exc)
 
     async def aclose(self) -> None:
         if hasattr(self._stream, "aclose"):
@@ -121,10 +137,7 @@ class PoolTransport(httpx.AsyncBaseTransport):
         try:
             response = await self._pool.handle_async_request(core_request)
         except Exception as exc:
-            mapped = _as_httpx(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+            _raise_as_httpx(exc)
         return httpx.Response(
             status_code=response.status,
             headers=response.headers,

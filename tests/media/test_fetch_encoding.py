@@ -43,7 +43,7 @@ ROUTES = {
     "/gzip-twice": ("gzip, gzip", _compress([GZIP_CONTENT], 16 + zlib.MAX_WBITS)),
     "/compress": ("compress", b"\x1f\x9d"),
     "/gzip-two-members": ("gzip", GZIP_CONTENT + GZIP_CONTENT),
-    "/gzip-whole-steps": ("gzip", _compress([payload(3 * MiB)], 16 + zlib.MAX_WBITS)),  # inflates in exact 1 MiB steps
+    "/gzip-whole-steps": ("gzip", _compress([payload(3 * MiB)], 16 + zlib.MAX_WBITS)),  # inflates in whole steps
 }
 
 

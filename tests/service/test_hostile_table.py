@@ -153,6 +153,23 @@ def test_fetches_do_not_occupy_cpu_workers(h):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # the 10-byte bodies are not images
 
 
+def test_repeated_big_failures_do_not_accumulate(h):
+    """A failed fetch frees what it read when it fails: four more 64 MiB endless bodies and
+    gzip bombs after the table leave the strict server's peak where one of each put it
+    (each used to stay referenced from a reference cycle until a full GC)."""
+    by_id = {c.id: c for c in CASES}
+    endless, bomb = by_id["proxied_endless_64mib"], by_id["proxied_gzip_bomb_128mib"]
+    for case in (endless, bomb):
+        hostile.check_case(case, *h.run(case), h.env)
+    before = hostile.proc_status(h.pid("strict"))["VmHWM"]
+    for _ in range(4):
+        for case in (endless, bomb):
+            hostile.check_case(case, *h.run(case), h.env)
+    grown = hostile.proc_status(h.pid("strict"))["VmHWM"] - before
+    print(f"\n[hostile rss] strict: 8 more 64 MiB failures raised the peak by {hostile.mb(grown)}")
+    assert grown < 32 * hostile.MiB, hostile.mb(grown)
+
+
 def test_peak_rss_stays_bounded(h):
     """Runs last: peak RSS (VmHWM, reset after startup where the kernel allows) over the
     RSS before the table. Bounded by the limits (64 MiB per fetch, ...), not by the
