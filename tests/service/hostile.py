@@ -430,6 +430,50 @@ def _server_env(**extra: str) -> dict:
     return env
 
 
+class _NoDirectDial:
+    """The fetcher's socket layer for direct (unproxied) connections: refuses any but 127.0.0.1."""
+
+    def __init__(self):
+        import httpcore
+
+        self._real = httpcore.AnyIOBackend()
+        self.dialled: list[tuple[str, int]] = []
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        self.dialled.append((host, port))
+        if host != "127.0.0.1":
+            raise AssertionError(f"the fetcher dialled {host}:{port} directly instead of through the proxy")
+        return await self._real.connect_tcp(host, port, timeout=timeout)
+
+    async def sleep(self, seconds):
+        await self._real.sleep(seconds)
+
+
+def public_only_via_proxy(proxy: str, **env: str) -> None:
+    """The strict server reaches ``PUBLIC`` only through the local proxy. Prove it with the
+    same fetcher code in-process, on a socket layer that cannot dial anything else, before
+    a server process with that proxy environment is started: a regression in proxy
+    selection then fails here instead of sending a packet off this machine."""
+    import asyncio
+
+    from sglang_mm_grpc.media import FetchPolicy, MediaFetcher
+
+    backend = _NoDirectDial()
+
+    async def run():
+        fetcher = MediaFetcher(FetchPolicy(fetch_timeout_s=10), network_backend=backend,
+                               environ={"HTTP_PROXY": proxy, **env})
+        try:
+            return await fetcher.fetch_all([f"http://{PUBLIC}/img/good.png"])
+        finally:
+            await fetcher.aclose()
+
+    body = asyncio.run(run())[0]
+    # Proxied connections do not use the pinned socket layer; a direct one would have.
+    if not body or backend.dialled:
+        raise AssertionError(f"expected the body through the proxy and no direct dial: {backend.dialled}")
+
+
 class Harness:
     """The HTTP servers process and the two gRPC server processes. ``start`` returns once
     both report SERVING; ``stop`` always leaves every child dead."""
@@ -462,6 +506,7 @@ class Harness:
         root, outside = make_media(self.workdir / "media")
         self.env = Env(ports["origin"], ports["proxy"], root, outside, free_port())
         proxy = f"http://127.0.0.1:{ports['proxy']}"
+        public_only_via_proxy(proxy, NO_PROXY="localhost,127.0.0.1")  # before any server may dial it
         self._spawn("strict", STRICT_ARGS, _server_env(HTTP_PROXY=proxy, NO_PROXY="localhost,127.0.0.1"))
         self._spawn(
             "open",
