@@ -126,8 +126,9 @@ class Metrics:
         with self._lock:
             self._statuses[(rec.method, code)] += 1
             if code == "OK":
-                self._images += rec.images
-                self._image_bytes += rec.bytes
+                if rec.method == "Preprocess":
+                    self._images += rec.images
+                    self._image_bytes += rec.bytes
                 for stage, ms in rec.stages_ms.items():
                     self._stages[stage].observe(ms)
         if request_log.isEnabledFor(logging.INFO):

@@ -10,6 +10,7 @@ served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -182,9 +183,15 @@ class Server:
             self._sweeper.cancel()
         if self._server is not None:
             await self._server.stop(self.config.grace_s if grace is None else grace)
+        if self.servicer is not None:
+            # Past the grace period: work still running stops at its next image.
+            self.servicer.cancel_all()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        # Waited for off the loop, so the cut-off calls' handlers can finish meanwhile.
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
+        )
         if self.fetcher is not None:
             await self.fetcher.aclose()
         for pp in self.preprocessors.values():

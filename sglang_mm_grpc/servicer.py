@@ -87,6 +87,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         self._stats_parts = stats_parts
         self._busy_lock = threading.Lock()
         self._busy = 0  # pool tasks submitted and not finished (cancelled calls included)
+        self._cancels: set[threading.Event] = set()  # one per preprocessing call in the pool
 
     def set_models(self, models: Mapping[str, Preprocessor]) -> None:
         """Install the loaded models; until then every RPC answers UNAVAILABLE."""
@@ -238,6 +239,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         passes or the call is cancelled, so the worker stops at its next image boundary
         instead of finishing work nobody will read."""
         cancel, expired = threading.Event(), threading.Event()
+        self._cancels.add(cancel)
         loop = asyncio.get_running_loop()
         timer = None
         if deadline.at is not None:
@@ -252,8 +254,14 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             cancel.set()
             raise
         finally:
+            self._cancels.discard(cancel)
             if timer is not None:
                 timer.cancel()
+
+    def cancel_all(self) -> None:
+        """Stop every preprocessing call at its next image (shutdown, past the grace period)."""
+        for cancel in list(self._cancels):
+            cancel.set()
 
     async def _in_pool(self, fn, *args, ticket: Ticket | None = None):
         """``fn(*args)`` in the pool. The call's admission ticket stays held until the
@@ -279,7 +287,15 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     async def _run(self, context, rec: RequestRecord, fn, *args, admit: bool = False):
         """Run one RPC: admission (``admit``), status mapping, counters and its log line."""
         self.metrics.started_call(rec.method)
-        code, message, ticket = "OK", "", None
+        code, message, ticket, finished = "OK", "", None, False
+
+        def finish() -> None:  # before abort, which sends the status at once
+            nonlocal finished
+            finished = True
+            if ticket is not None:
+                ticket.release()
+            self.metrics.finish(rec, code, message)
+
         try:
             if admit:
                 try:
@@ -290,6 +306,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         except PreprocessError as e:
             code, message = e.code.value, e.message
             log.debug("%s: %s", e.code.value, e.message)
+            finish()
             await context.abort(e.grpc_code, e.message)
         except asyncio.CancelledError:
             # grpc cancels the handler when the deadline passes or the client goes away;
@@ -306,11 +323,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         except Exception as e:  # a bug: report it, keep serving
             code, message = "INTERNAL", f"internal error: {type(e).__name__}: {e}"
             log.exception("internal error")
+            finish()
             await context.abort(grpc.StatusCode.INTERNAL, message)
         finally:
-            if ticket is not None:
-                ticket.release()
-            self.metrics.finish(rec, code, message)
+            if not finished:
+                finish()
 
 
 def _timed(fn, *args):

@@ -7,6 +7,7 @@ shortest_edge/longest_edge, ``patch_size`` as an int or a dict, ``norm_mean`` fo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -33,11 +34,20 @@ def as_int(value: Any, what: str) -> int:
 
 
 def triple(value: Any, what: str) -> tuple[float, float, float]:
-    if isinstance(value, (int, float)):
-        return (float(value),) * 3
-    if isinstance(value, (list, tuple)) and len(value) == 3:
-        return tuple(float(v) for v in value)  # type: ignore[return-value]
-    raise ConfigError(f"{what} must be a number or 3 numbers, got {value!r}")
+    """Three finite numbers (a std, which normalization divides by, also non-zero)."""
+    if _number(value):
+        out = (float(value),) * 3
+    elif isinstance(value, (list, tuple)) and len(value) == 3 and all(_number(v) for v in value):
+        out = tuple(float(v) for v in value)
+    else:
+        raise ConfigError(f"{what} must be a number or 3 numbers, got {value!r}")
+    if not all(math.isfinite(v) for v in out) or ("std" in what and 0.0 in out):
+        raise ConfigError(f"{what} must be finite{' and non-zero' if 'std' in what else ''}, got {value!r}")
+    return out  # type: ignore[return-value]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def resample(cfg: dict, default: int) -> int:

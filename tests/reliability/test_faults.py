@@ -178,9 +178,9 @@ def test_sigterm_grace_bounds_the_exit(tmp_path):
             server.signal(signal.SIGTERM)
             assert server.wait(20) == 0
             exited = time.monotonic() - t
-            print(f"exited {exited:.2f} s after SIGTERM")
             codes = {c.code() for c in calls if c.exception(10) is not None}
-        assert exited < 6.0, exited
+        assert exited < 1.0 + 3.0, exited  # the grace period, then at most the images in progress
         assert codes and codes <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}, codes
+        assert "Traceback" not in server.log_text()
     finally:
         server.stop()
