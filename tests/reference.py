@@ -116,6 +116,36 @@ def pixtral_reference(preprocessor_config: dict, processor_config: dict, token_i
     return processor_class(image_processor=image_processor, tokenizer=tokenizer, **kwargs)
 
 
+def llama4_reference(preprocessor_config: dict, processor_config: dict, token_ids: dict[str, int]):
+    """The real ``Llama4Processor`` over ``Llama4ImageProcessor`` (torchvision; needs torch),
+    built as ``from_pretrained`` builds it, with a word-level tokenizer whose special tokens
+    carry ``token_ids`` (the Llama 4 tokenizer cannot be downloaded here). Ids of the
+    words follow the largest special id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import Llama4ImageProcessor, Llama4Processor, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0} | dict(token_ids)
+    vocab.update({w: max(token_ids.values()) + 1 + i for i, w in enumerate(WORDS)})
+    wordlevel = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    wordlevel.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=wordlevel, unk_token="<unk>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(token_ids)})
+    assert tokenizer.convert_tokens_to_ids(list(token_ids)) == list(token_ids.values())
+
+    skip = ("image_processor_type", "processor_class")
+    image_processor = Llama4ImageProcessor(**{k: v for k, v in preprocessor_config.items() if k not in skip})
+    kwargs = {k: v for k, v in processor_config.items() if k not in skip}
+    return Llama4Processor(image_processor=image_processor, tokenizer=tokenizer, **kwargs)
+
+
+def run_torch_reference(image_processor, raws: list[bytes]) -> dict[str, np.ndarray]:
+    """A torchvision image processor's outputs as numpy: bfloat16 becomes float32 (exact)."""
+    import torch
+
+    out = image_processor([reference_input(r) for r in raws], return_tensors="pt")
+    return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in out.items()}
+
+
 def run_reference(processor, raws: list[bytes]) -> dict[str, np.ndarray]:
     out = processor([reference_input(r) for r in raws], return_tensors="np")
     return {k: np.asarray(v) for k, v in out.items()}

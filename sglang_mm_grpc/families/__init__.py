@@ -5,7 +5,7 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 
 from __future__ import annotations
 
-from . import llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
+from . import llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
 from .base import Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
@@ -21,6 +21,7 @@ FAMILIES = [
     ("phi4_multimodal", phi4mm.matches,
      lambda pp, cfg, proc: phi4mm.Phi4Multimodal(phi4mm.config_from_hf(pp, cfg, proc))),
     ("phi3_v", phi3v.matches, lambda pp, cfg, proc: phi3v.Phi3V(phi3v.config_from_hf(pp, cfg, proc))),
+    ("llama4", llama4.matches, lambda pp, cfg, proc: llama4.Llama4(llama4.config_from_hf(pp, cfg, proc))),
 ]
 
 
