@@ -121,6 +121,7 @@ class Preprocessor:
             "source": self.source,
             "modalities": list(f.modalities),
             "image_token_id": f.image_token_id,
+            "placeholder_token_id": f.placeholder_token_id,
             "token_ids": f.token_ids(),
             "reference_processor": f.reference_processor,
             "mrope": f.uses_mrope,
@@ -165,13 +166,13 @@ class Preprocessor:
                 Code.RESOURCE_EXHAUSTED, f"{n} images in one request, over the limit of {self.max_images}"
             )
         if input_ids is None:
-            ids = np.full(n, family.image_token_id, dtype=np.int64)
+            ids = np.full(n, family.placeholder_token_id, dtype=np.int64)
         else:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
-        placeholders = int(np.count_nonzero(ids == family.image_token_id))
+        placeholders = int(np.count_nonzero(ids == family.placeholder_token_id))
         if placeholders != n:  # fail before any pixel work
             raise invalid(
-                f"input_ids hold {placeholders} image placeholder(s) (token id {family.image_token_id}) "
+                f"input_ids hold {placeholders} image placeholder(s) (token id {family.placeholder_token_id}) "
                 f"but the request has {n} image(s); put exactly one placeholder per image"
             )
 
@@ -216,7 +217,7 @@ class Preprocessor:
         items = [p[0] for p in processed]
         t2 = time.perf_counter()
 
-        layout = placeholder_layout(ids, family.image_token_id, [family.expansion(it) for it in items])
+        layout = placeholder_layout(ids, family.placeholder_token_id, [family.expansion(it) for it in items])
         applied = apply_layout(layout)
         pos = family.positions(applied, items)
         results = [

@@ -80,6 +80,13 @@ class Family:
         """(positions, delta) for families with multimodal rotary positions, else None."""
         return None
 
+    @property
+    def placeholder_token_id(self) -> int:
+        """The token the chat template leaves once per image in the prompt. Usually the
+        image token itself; families whose expansion uses another token for the features
+        (Llama 4: ``<|image|>`` in the prompt, ``<|patch|>`` for features) override it."""
+        return self.image_token_id
+
     def token_ids(self) -> dict[str, int]:
         return {"image": self.image_token_id}
 

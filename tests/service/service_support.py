@@ -33,7 +33,7 @@ def prompt(pp, n_images: int) -> list[int]:
         if "vision_start" in tok:
             ids += [tok["vision_start"], pp.info["image_token_id"], tok["vision_end"], 1000 + i]
         else:
-            ids += [pp.info["image_token_id"], 1000 + i]
+            ids += [pp.info["placeholder_token_id"], 1000 + i]
     return ids + [3838, 374, 419, 30, 2]
 
 
