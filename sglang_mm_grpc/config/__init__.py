@@ -31,6 +31,11 @@ class ModelSource:
             return build_family(self.preprocessor_config, self.config, self.processor_config)
         except ConfigError as e:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model {self.source}: {e}") from None
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError) as e:
+            # A value of the wrong JSON type or shape somewhere in the files.
+            raise PreprocessError(
+                Code.INVALID_ARGUMENT, f"model {self.source}: malformed config ({type(e).__name__}: {e})"
+            ) from None
 
 
 @lru_cache(maxsize=1)

@@ -16,6 +16,8 @@ class ConfigError(ValueError):
 
 
 def get(cfg: dict, *names: str, default: Any = None) -> Any:
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"expected a JSON object holding {names[0]!r}, got {type(cfg).__name__} {cfg!r:.60}")
     for n in names:
         if n in cfg and cfg[n] is not None:
             return cfg[n]

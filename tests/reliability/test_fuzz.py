@@ -3,7 +3,9 @@ and request validation over the wire. No crash, no hang: every failure is a clea
 PreprocessError (in process) or an expected gRPC status (over the wire).
 
 Bounded: a fixed number of examples each and a per-example deadline, so CI time stays
-small. ``scripts/fuzz_atheris.py`` runs coverage-guided fuzzing of the same targets.
+small, and derandomized, so CI sees the same examples every run. To explore instead,
+``SGLANG_MM_FUZZ_RANDOM=1`` draws fresh examples, ten times as many.
+``scripts/fuzz_atheris.py`` runs coverage-guided fuzzing of the same targets.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 
 import grpc
 import numpy as np
@@ -27,7 +30,19 @@ from sglang_mm_grpc.errors import Code, PreprocessError
 from sglang_mm_grpc.media.decode import decode_image
 from sglang_mm_grpc.media.sources import classify, decode_base64, describe
 
-FUZZ = settings(max_examples=400, deadline=5000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+EXPLORE = bool(os.environ.get("SGLANG_MM_FUZZ_RANDOM"))
+
+
+def bounded(examples: int, deadline_ms: int = 5000) -> settings:
+    return settings(
+        max_examples=examples * (10 if EXPLORE else 1),
+        deadline=deadline_ms,
+        derandomize=not EXPLORE,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+FUZZ = bounded(400)
 MAX_PIXELS = 1 << 20  # small, so a header claiming a large image is refused rather than decoded
 
 SEEDS = {
@@ -290,7 +305,7 @@ def check_status(call):
         return code, None
 
 
-@settings(max_examples=400, deadline=15000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@bounded(400, 15000)
 @given(preprocess_request())
 def test_preprocess_requests(wire, req):
     _, stub = wire
@@ -301,7 +316,7 @@ def test_preprocess_requests(wire, req):
             stub.Release(pb.ReleaseRequest(handle=resp.handle), timeout=5)
 
 
-@settings(max_examples=100, deadline=10000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@bounded(100, 10000)
 @given(st.text(max_size=40) | st.sampled_from(["", "0" * 32]), st.integers(0, 5), st.booleans())
 def test_assemble_and_release_requests(wire, handle, backend, release):
     _, stub = wire
