@@ -29,6 +29,7 @@ class PreprocessError(Exception):
     def __init__(self, code: Code | str, message: str, *, item: int | None = None):
         self.code = Code(code)
         self.item = item
+        self.detail = message  # the cause, without the "image N: " prefix
         self.message = f"image {item}: {message}" if item is not None else message
         super().__init__(self.message)
 

@@ -29,6 +29,7 @@ from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from .carriers import PreprocessOutput
 from .driver import Preprocessor
 from .errors import Code, PreprocessError
+from .media.sources import describe as describe_source
 from .metrics import BUCKETS_MS, Metrics, RequestRecord, Snapshot
 from .store import HandleStore, TooLarge
 
@@ -140,7 +141,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             raise PreprocessError(Code.INVALID_ARGUMENT, "the request has no images")
         limit = pp.info["max_images_per_request"]
         if n > limit:  # before any fetch
-            raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"{n} images in one request, over the limit of {limit}")
+            raise PreprocessError(
+                Code.RESOURCE_EXHAUSTED, f"{n} images in one request, over the limit of {limit} (max_images)"
+            )
         sources = []
         for i, item in enumerate(request.images):
             which = item.WhichOneof("source")
@@ -157,7 +160,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         deadline.check("preprocessing")
         input_ids = list(request.input_ids) if request.input_ids else None
         tw = time.perf_counter()
-        out = await self._cancellable(ticket, deadline, pp.preprocess, raw, input_ids)
+        try:
+            out = await self._cancellable(ticket, deadline, pp.preprocess, raw, input_ids)
+        except PreprocessError as e:
+            raise _naming_source(e, sources) from None
         wall_ms = (time.perf_counter() - tw) * 1e3
         queue_ms = max(0.0, wall_ms - float(out.timings_ms.get("total_ms", wall_ms)))
         for stage in ("decode", "process", "layout"):
@@ -335,6 +341,14 @@ def _timed(fn, *args):
     t = time.perf_counter()
     result = fn(*args)
     return result, (time.perf_counter() - t) * 1e3
+
+
+def _naming_source(e: PreprocessError, sources) -> PreprocessError:
+    """A decode or pixel error about a fetched image also names where it came from
+    (redacted), as fetch errors do; inline bytes need no naming beyond the index."""
+    if e.item is None or e.item >= len(sources) or isinstance(sources[e.item], (bytes, bytearray)):
+        return e
+    return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item)
 
 
 def _response(request, out: PreprocessOutput, field_layout, backend) -> pb.PreprocessResponse:

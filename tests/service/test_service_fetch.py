@@ -45,3 +45,17 @@ def test_http_not_found(client, http_media):
         client.preprocess(QWEN2, [f"{http_media}/missing.png"])
     assert e.value.code() != grpc.StatusCode.OK
     assert e.value.details().startswith("image 0") and "404" in e.value.details()
+
+
+def test_decode_errors_name_the_fetched_source(client, media_dir, http_media):
+    """A fetched image that fails to decode is named by its (redacted) source, like fetch errors."""
+    (media_dir / "not-an-image.png").write_bytes(b"<html>a login page</html>")
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [imagegen.png(10, 10), f"{http_media}/not-an-image.png?token=s3cret"])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = e.value.details()
+    assert details.startswith(f"image 1: {http_media}/not-an-image.png?") and "not a decodable image" in details
+    assert "s3cret" not in details
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [b"raw garbage"])
+    assert e.value.details().startswith("image 0: not a decodable image")
