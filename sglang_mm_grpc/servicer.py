@@ -392,6 +392,7 @@ def _model_info(info: dict) -> pb.ModelInfo:
         reference_processor=info["reference_processor"],
         mrope=info["mrope"],
         max_images_per_request=info["max_images_per_request"],
+        placeholder_token_id=info["placeholder_token_id"],
     )
 
 

@@ -174,4 +174,5 @@ def test_list_models(client, pps, model_dir):
         assert dict(m.token_ids) == info["token_ids"]
         assert list(m.modalities) == info["modalities"]
         assert m.max_images_per_request == info["max_images_per_request"]
+        assert m.placeholder_token_id == info["placeholder_token_id"] == pp.family.placeholder_token_id
     assert models[NAMED].source == str(model_dir)

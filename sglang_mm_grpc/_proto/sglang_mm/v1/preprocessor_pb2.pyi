@@ -216,7 +216,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request")
+    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id")
     class TokenIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +233,7 @@ class ModelInfo(_message.Message):
     REFERENCE_PROCESSOR_FIELD_NUMBER: _ClassVar[int]
     MROPE_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     source: str
@@ -242,7 +243,8 @@ class ModelInfo(_message.Message):
     reference_processor: str
     mrope: bool
     max_images_per_request: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ...) -> None: ...
+    placeholder_token_id: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
