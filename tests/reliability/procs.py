@@ -45,8 +45,8 @@ def free_port() -> int:
 class Proc:
     """A child process with its output in a log file."""
 
-    def __init__(self, argv: list[str], log: Path):
-        env = dict(os.environ)
+    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
         self.argv, self.log = argv, log
         self._fh = open(log, "ab")
@@ -116,13 +116,16 @@ def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
 class Server(Proc):
     """``sglang-mm-grpc serve`` on 127.0.0.1 with ``args``; ``target`` is HOST:PORT."""
 
-    def __init__(self, workdir: Path, *args: str, models=(QWEN2,), workers: int = 2, port: int | None = None, name: str = "server"):
+    def __init__(
+        self, workdir: Path, *args: str, models=(QWEN2,), workers: int = 2, port: int | None = None,
+        name: str = "server", env: dict | None = None,
+    ):
         self.port = port or free_port()
         self.target = f"127.0.0.1:{self.port}"
         argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), "--workers", str(workers)]
         for m in models:
             argv += ["--model", m]
-        super().__init__(argv + list(args), Path(workdir) / f"{name}.log")
+        super().__init__(argv + list(args), Path(workdir) / f"{name}.log", env)
         self.ready_s = wait_serving(self.target, self)
 
     def stats(self, timeout: float = 5.0) -> pb.GetStatsResponse:

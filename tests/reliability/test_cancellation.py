@@ -119,7 +119,8 @@ def test_cancel_frees_fetch(server, stub, how):
         assert call.code() == (grpc.StatusCode.CANCELLED if how == "client cancel" else grpc.StatusCode.DEADLINE_EXCEEDED)
         # The fetches were cancelled, not left to their 30 s timeout: sockets closed.
         assert procs.wait_until(lambda: server.stats().fetch.in_flight == 0, 2)
-        assert procs.wait_until(lambda: hang.open_connections == 0, 2), hang.open_connections
+        # (well inside the 30 s fetch timeout: closed because cancelled, not timed out)
+        assert procs.wait_until(lambda: hang.open_connections == 0, 10), hang.open_connections
         after = server.stats()
         assert after.in_flight == 0 and after.work.busy == 0
         assert after.work.image_steps == before.work.image_steps  # nothing reached a worker
