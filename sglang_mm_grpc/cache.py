@@ -47,6 +47,7 @@ class CacheStats:
     max_bytes: int = 0
     too_large: int = 0
     extra: dict = field(default_factory=dict)
+    peak_bytes: int = 0  # the most ever held at once (never above max_bytes)
 
 
 class PreprocessCache:
@@ -84,6 +85,7 @@ class PreprocessCache:
                 self._stats.evictions += 1
             self._entries[key] = item
             self._bytes += nbytes
+            self._stats.peak_bytes = max(self._stats.peak_bytes, self._bytes)
 
     def clear(self) -> None:
         with self._lock:
@@ -94,4 +96,7 @@ class PreprocessCache:
     def stats(self) -> CacheStats:
         with self._lock:
             s = self._stats
-            return CacheStats(s.hits, s.misses, s.evictions, len(self._entries), self._bytes, self.max_bytes, s.too_large)
+            return CacheStats(
+                s.hits, s.misses, s.evictions, len(self._entries), self._bytes, self.max_bytes, s.too_large,
+                peak_bytes=s.peak_bytes,
+            )

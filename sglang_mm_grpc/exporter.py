@@ -58,12 +58,14 @@ class SnapshotCollector:
             yield _gauge("cache_items", "Images in the preprocessing cache.", c.items)
             yield _gauge("cache_bytes", "Bytes in the preprocessing cache.", c.bytes)
             yield _gauge("cache_max_bytes", "Preprocessing cache capacity.", c.max_bytes)
+            yield _gauge("cache_peak_bytes", "The most the preprocessing cache ever held.", c.peak_bytes)
         if s.store is not None:
             st = s.store
             yield _gauge("store_items", "Handles kept now.", st.items)
             yield _gauge("store_bytes", "Bytes kept under handles now.", st.bytes)
             yield _gauge("store_max_bytes", "Handle store capacity in bytes.", st.max_bytes)
             yield _gauge("store_max_items", "Handle store capacity in handles.", st.max_items)
+            yield _gauge("store_peak_bytes", "The most the handle store ever held.", st.peak_bytes)
             yield _counter("store_evictions", "Handles evicted to make room.", st.evicted)
             yield _counter("store_expired", "Handles that expired unused.", st.expired)
 

@@ -423,7 +423,7 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
         resp.cache.CopyFrom(
             pb.CacheStats(
                 hits=c.hits, misses=c.misses, evictions=c.evictions, items=c.items,
-                bytes=c.bytes, max_bytes=c.max_bytes, too_large=c.too_large,
+                bytes=c.bytes, max_bytes=c.max_bytes, too_large=c.too_large, peak_bytes=c.peak_bytes,
             )
         )
     if s.store is not None:
@@ -431,7 +431,7 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
         resp.store.CopyFrom(
             pb.StoreStats(
                 items=st.items, bytes=st.bytes, max_items=st.max_items, max_bytes=st.max_bytes,
-                evicted=st.evicted, expired=st.expired,
+                evicted=st.evicted, expired=st.expired, peak_bytes=st.peak_bytes,
             )
         )
     for stage, h in s.stages.items():

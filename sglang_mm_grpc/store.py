@@ -41,6 +41,7 @@ class StoreStats:
     max_bytes: int
     evicted: int
     expired: int
+    peak_bytes: int = 0  # the most ever held at once (never above max_bytes)
 
 
 class HandleStore(Generic[V]):
@@ -66,6 +67,7 @@ class HandleStore(Generic[V]):
         self._remember = remember
         self._evicted = 0
         self._expired = 0
+        self._peak = 0
 
     def put(self, value: V, nbytes: int) -> str:
         """Keep ``value`` (accounted as ``nbytes``); returns its new handle."""
@@ -85,6 +87,7 @@ class HandleStore(Generic[V]):
                 self._forget(old, EVICTED)
             self._entries[handle] = _Entry(value, nbytes, now + self.ttl_s)
             self._bytes += nbytes
+            self._peak = max(self._peak, self._bytes)
         return handle
 
     def get(self, handle: str) -> V | None:
@@ -124,7 +127,7 @@ class HandleStore(Generic[V]):
     def stats(self) -> StoreStats:
         with self._lock:
             return StoreStats(
-                len(self._entries), self._bytes, self.max_items, self.max_bytes, self._evicted, self._expired
+                len(self._entries), self._bytes, self.max_items, self.max_bytes, self._evicted, self._expired, self._peak
             )
 
     def __len__(self) -> int:

@@ -264,14 +264,15 @@ def rss_plateau(samples: list[dict]) -> dict:
 
 
 def bounds(samples: list[dict]) -> dict:
-    """Peak store and cache bytes seen against their bounds."""
+    """Peak store and cache bytes against their bounds: the servers' own high-water marks
+    (every insertion, not only the sampled moments)."""
     stats = [s["stats"] for s in samples if "stats" in s]
     return {
-        "store_peak": max((st.store.bytes for st in stats), default=0),
+        "store_peak": max((max(st.store.bytes, st.store.peak_bytes) for st in stats), default=0),
         "store_items_peak": max((st.store.items for st in stats), default=0),
         "store_max": stats[-1].store.max_bytes if stats else 0,
         "store_max_items": stats[-1].store.max_items if stats else 0,
-        "cache_peak": max((st.cache.bytes for st in stats), default=0),
+        "cache_peak": max((max(st.cache.bytes, st.cache.peak_bytes) for st in stats), default=0),
         "cache_max": stats[-1].cache.max_bytes if stats else 0,
         "in_flight_peak": max((st.in_flight for st in stats), default=0),
     }
@@ -299,10 +300,10 @@ def report(r: Results, every_s: float = 5.0) -> str:
         lines.append(f"  e.g. {ex}")
     b = bounds(r.samples)
     lines.append(
-        f"handle store: peak {b['store_peak'] / MiB:.1f} MiB of {b['store_max'] / MiB:.0f} MiB, "
-        f"peak {b['store_items_peak']} of {b['store_max_items']} handles"
+        f"handle store: peak {b['store_peak'] / MiB:.1f} MiB of {b['store_max'] / MiB:.0f} MiB (high-water mark), "
+        f"peak {b['store_items_peak']} of {b['store_max_items']} handles (sampled)"
     )
-    lines.append(f"cache: peak {b['cache_peak'] / MiB:.1f} MiB of {b['cache_max'] / MiB:.0f} MiB")
+    lines.append(f"cache: peak {b['cache_peak'] / MiB:.1f} MiB of {b['cache_max'] / MiB:.0f} MiB (high-water mark)")
     st = r.final_stats
     if st is not None:
         lines.append(

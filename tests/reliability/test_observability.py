@@ -135,6 +135,8 @@ def test_prometheus_matches_get_stats(observed):
     assert m[(p + "cache_evictions_total", ())] == st.cache.evictions
     assert m[(p + "store_evictions_total", ())] == st.store.evicted
     assert m[(p + "store_bytes", ())] == st.store.bytes and m[(p + "store_max_bytes", ())] == st.store.max_bytes
+    assert m[(p + "store_peak_bytes", ())] == st.store.peak_bytes > 0  # the file request kept a handle
+    assert m[(p + "cache_peak_bytes", ())] == st.cache.peak_bytes >= st.cache.bytes > 0
     assert m[(p + "max_in_flight", ())] == st.max_in_flight and m[(p + "rejected_busy_total", ())] == 0
     assert m[(p + "images_total", ())] == st.images
     # Stage histograms in seconds: cumulative buckets ending at the count.

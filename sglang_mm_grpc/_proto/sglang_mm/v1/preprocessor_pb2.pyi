@@ -302,7 +302,7 @@ class FetchStats(_message.Message):
     def __init__(self, started: _Optional[int] = ..., failed: _Optional[int] = ..., bytes_fetched: _Optional[int] = ..., in_flight: _Optional[int] = ..., refusals: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CacheStats(_message.Message):
-    __slots__ = ("hits", "misses", "evictions", "items", "bytes", "max_bytes", "too_large")
+    __slots__ = ("hits", "misses", "evictions", "items", "bytes", "max_bytes", "too_large", "peak_bytes")
     HITS_FIELD_NUMBER: _ClassVar[int]
     MISSES_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +310,7 @@ class CacheStats(_message.Message):
     BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     hits: int
     misses: int
     evictions: int
@@ -317,23 +318,26 @@ class CacheStats(_message.Message):
     bytes: int
     max_bytes: int
     too_large: int
-    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., too_large: _Optional[int] = ...) -> None: ...
+    peak_bytes: int
+    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., too_large: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class StoreStats(_message.Message):
-    __slots__ = ("items", "bytes", "max_items", "max_bytes", "evicted", "expired")
+    __slots__ = ("items", "bytes", "max_items", "max_bytes", "evicted", "expired", "peak_bytes")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_ITEMS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     EVICTED_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     items: int
     bytes: int
     max_items: int
     max_bytes: int
     evicted: int
     expired: int
-    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_items: _Optional[int] = ..., max_bytes: _Optional[int] = ..., evicted: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
+    peak_bytes: int
+    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_items: _Optional[int] = ..., max_bytes: _Optional[int] = ..., evicted: _Optional[int] = ..., expired: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class WorkStats(_message.Message):
     __slots__ = ("busy", "image_steps", "image_steps_skipped")
