@@ -318,17 +318,26 @@ def bench_cache(repeat: int) -> dict:
 
 
 _MEMORY_PROBE = """
-import resource, sys, numpy as np
+import gc, sys
+from pathlib import Path
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.bench import make_image
+
+def status(key):
+    for line in Path('/proc/self/status').read_text().splitlines():
+        if line.startswith(key + ':'):
+            return int(line.split()[1]) * 1024
+
 pp = Preprocessor.from_model(sys.argv[1], cache_bytes=0); pp.warmup()
 raw = make_image(sys.argv[2])
 pp.preprocess([make_image('64x64')])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+gc.collect()
+Path('/proc/self/clear_refs').write_text('5')  # reset the peak (VmHWM) to the current RSS
+before = status('VmRSS')
 out = pp.preprocess([raw])
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+added = status('VmHWM') - before
 size = out.pixel_values.nbytes + sum(t.nbytes for t in out.tensors.values())
-print((after - before) * 1024, size)
+print(added, size)
 """
 
 
