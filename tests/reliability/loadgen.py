@@ -300,10 +300,12 @@ def report(r: Results, every_s: float = 5.0) -> str:
         lines.append(f"  e.g. {ex}")
     b = bounds(r.samples)
     lines.append(
-        f"handle store: peak {b['store_peak'] / MiB:.1f} MiB of {b['store_max'] / MiB:.0f} MiB (high-water mark), "
-        f"peak {b['store_items_peak']} of {b['store_max_items']} handles (sampled)"
+        f"handle store: high-water mark {b['store_peak']:,} of {b['store_max']:,} bytes "
+        f"({_within(b['store_peak'], b['store_max'])}), peak {b['store_items_peak']} of {b['store_max_items']} handles (sampled)"
     )
-    lines.append(f"cache: peak {b['cache_peak'] / MiB:.1f} MiB of {b['cache_max'] / MiB:.0f} MiB (high-water mark)")
+    lines.append(
+        f"cache: high-water mark {b['cache_peak']:,} of {b['cache_max']:,} bytes ({_within(b['cache_peak'], b['cache_max'])})"
+    )
     st = r.final_stats
     if st is not None:
         lines.append(
@@ -335,6 +337,10 @@ def report(r: Results, every_s: float = 5.0) -> str:
             next_t = s["t"] + every_s
     lines.append("RSS curve: " + " | ".join(curve))
     return "\n".join(lines)
+
+
+def _within(peak: int, bound: int) -> str:
+    return "within the bound" if peak <= bound else "OVER THE BOUND"
 
 
 def summary_ok(r: Results) -> list[str]:
