@@ -8,7 +8,9 @@ Starts the three stub backends and one server (four models, a small preprocessin
 and a bounded handle store so both evict), then runs tests/reliability/loadgen.py: a mix
 of image sizes, models, backends and flows (one-shot, two-phase, handles left behind,
 payloads forwarded to the stubs). Prints throughput, p50/p99 latency, error counts,
-the store and cache peaks against their bounds, evictions, and the server's RSS curve.
+the store and cache peaks against their bounds, evictions, and the server's RSS curve;
+then sends a burst past the in-flight limit and checks the server is healthy and fast
+again after it.
 Exits 1 when any service error happened, a bound was exceeded, or RSS kept growing
 (``--server-env MALLOC_ARENA_MAX=2`` shows how much of RSS is allocator slack).
 Only 127.0.0.1 is contacted; every process it starts is stopped at the end.
@@ -26,8 +28,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliabil
 
 import loadgen  # noqa: E402
 import procs  # noqa: E402
+import imagegen  # noqa: E402  (on sys.path through procs)
 
 MODELS = [procs.QWEN2, procs.QWEN3, procs.PIXTRAL, procs.LLAVA]
+SMALL = imagegen.png(64, 64, seed=99)  # for the idle latency before the load and after the burst
+
+
+def overload(server, photos: list[bytes], idle_before: float) -> list[str]:
+    """A burst past the in-flight limit, then a small call's latency again."""
+    b = loadgen.burst(server, procs.QWEN2, photos)
+    st = server.stats()
+    healthy = server.health()
+    idle_after = loadgen.idle_latency(server, procs.QWEN2, SMALL)
+    print(
+        f"overload: {b['n']} calls at once (distinct 768x1024 photos, 16 connections) against a limit of "
+        f"{st.max_in_flight}: {b['codes']}; as the clients saw it (upload included): refused in p50 "
+        f"{b['busy_p50'] * 1e3:.0f} ms (max {b['busy_max'] * 1e3:.0f} ms), accepted ones p50 {b['ok_p50'] * 1e3:.0f} ms "
+        f"(max {b['ok_max'] * 1e3:.0f} ms). After it: health {healthy}, in flight {st.in_flight}, a small call "
+        f"p50 {idle_after * 1e3:.1f} ms (before the load: {idle_before * 1e3:.1f} ms)"
+    )
+    problems = []
+    if set(b["codes"]) - {"OK", "RESOURCE_EXHAUSTED"}:
+        problems.append(f"burst statuses {b['codes']}")
+    if healthy != "SERVING" or idle_after > 3 * idle_before + 0.05:
+        problems.append(f"not healthy and fast after the burst: {healthy}, {idle_after * 1e3:.1f} ms")
+    return problems
 
 
 def main() -> int:
@@ -47,6 +72,7 @@ def main() -> int:
         "RSS by about this much without any trend",
     )
     ap.add_argument("--server-env", action="append", default=[], metavar="K=V", help="environment for the server only")
+    ap.add_argument("--burst", type=int, default=256, help="calls sent at once after the load, one 768x1024 photo each (0: none)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
@@ -69,10 +95,14 @@ def main() -> int:
                 env=dict(kv.split("=", 1) for kv in args.server_env),
             )
             print(f"server ready in {server.ready_s:.1f} s (pid {server.pid}, RSS {server.rss_bytes() / procs.MiB:.0f} MiB)")
+            idle_before = loadgen.idle_latency(server, procs.QWEN2, SMALL)
             load = loadgen.Load(server, models=MODELS, clients=args.clients, duration_s=args.duration, images=images, stubs=stubs)
             results = load.run()
             print(loadgen.report(results))
             problems = loadgen.summary_ok(results)
+            if args.burst:
+                photos = [imagegen.jpeg(768, 1024, seed=10_000 + i) for i in range(args.burst)]
+                problems += overload(server, photos, idle_before)
             plateau = loadgen.rss_plateau(results.samples)
             if plateau["growth"] > max(64 * procs.MiB, args.max_rss_growth * plateau["warm"]):
                 problems.append(f"RSS grew {plateau['growth'] / procs.MiB:.0f} MiB after warm-up")

@@ -362,3 +362,60 @@ def summary_ok(r: Results) -> list[str]:
 
 def mean(xs):
     return statistics.fmean(xs) if xs else 0.0
+
+
+# -- an overload burst -------------------------------------------------------------------
+
+
+def idle_latency(server: Server, model: str, image: bytes, n: int = 20) -> float:
+    """Median seconds of one small one-shot call on an otherwise idle server."""
+
+    async def main():
+        async with grpc.aio.insecure_channel(server.target, options=CHANNEL_OPTIONS) as ch:
+            stub = pb_grpc.MultimodalPreprocessorStub(ch)
+            req = pb.PreprocessRequest(model=model, images=[pb.MediaItem(data=image)], backend=pb.BACKEND_VLLM)
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                await stub.Preprocess(req, timeout=30)
+                times.append(time.perf_counter() - t)
+            return statistics.median(times)
+
+    return asyncio.run(main())
+
+
+def burst(server: Server, model: str, images: list[bytes], channels: int = 16) -> dict:
+    """One one-shot call per image, all at once over ``channels`` connections (many
+    clients; distinct images, so the cache cannot answer them): how many
+    were refused as busy, how fast (as the client saw it, transport included), what else.
+    TensorRT-LLM payloads: the full preprocessing, but small responses, so the burst
+    tests admission rather than the client's ability to take in tensors."""
+
+    async def main():
+        chans = [grpc.aio.insecure_channel(server.target, options=CHANNEL_OPTIONS) for _ in range(channels)]
+        try:
+            stubs = [pb_grpc.MultimodalPreprocessorStub(ch) for ch in chans]
+            for s in stubs:  # connected before the burst
+                await s.GetStats(pb.GetStatsRequest(), timeout=10)
+            reqs = [pb.PreprocessRequest(model=model, images=[pb.MediaItem(data=im)], backend=pb.BACKEND_TRTLLM) for im in images]
+
+            async def one(i):
+                req = reqs[i]
+                t = time.perf_counter()
+                try:
+                    await stubs[i % channels].Preprocess(req, timeout=60)
+                    return "OK", time.perf_counter() - t
+                except grpc.aio.AioRpcError as e:
+                    return e.code().name, time.perf_counter() - t
+
+            return await asyncio.gather(*(one(i) for i in range(len(reqs))))
+        finally:
+            for ch in chans:
+                await ch.close()
+
+    results = asyncio.run(main())
+    codes = Counter(c for c, _ in results)
+    busy = [t for c, t in results if c == "RESOURCE_EXHAUSTED"]
+    ok = [t for c, t in results if c == "OK"]
+    return {"n": len(images), "codes": dict(codes), "busy_p50": percentile(busy, 0.5), "busy_max": max(busy, default=0.0),
+            "ok_p50": percentile(ok, 0.5), "ok_max": max(ok, default=0.0)}
