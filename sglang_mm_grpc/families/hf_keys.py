@@ -139,3 +139,13 @@ def longest_edge_box(cfg: dict, default: int) -> tuple[int, int]:
     if size.get("height") and size.get("width"):
         return as_int(size["height"], "size.height"), as_int(size["width"], "size.width")
     raise ConfigError(f"size must hold longest_edge, or height and width; got {size!r}")
+
+
+def claims(preprocessor: dict, config: dict, model_types, processor: str) -> bool:
+    """A family's checkpoint: ``model_type`` is one of its types (with its image processor,
+    or none named), or there is no model_type and the image processor is named."""
+    kind = str(preprocessor.get("image_processor_type") or "")
+    model_type = config.get("model_type")
+    if model_type in model_types:
+        return not kind or kind.startswith(processor)
+    return model_type is None and kind.startswith(processor)

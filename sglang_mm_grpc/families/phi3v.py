@@ -108,11 +108,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
 
 def matches(preprocessor: dict, config: dict) -> bool:
     """model_type "phi3_v"; or, with no model_type, ``Phi3VImageProcessor`` by name."""
-    kind = str(preprocessor.get("image_processor_type") or "")
-    model_type = config.get("model_type")
-    if model_type in MODEL_TYPES:
-        return not kind or kind.startswith(PROCESSOR)
-    return model_type is None and kind.startswith(PROCESSOR)
+    return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
 class Phi3V(Family):
