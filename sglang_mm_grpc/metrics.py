@@ -55,17 +55,6 @@ class Histogram:
     def copy(self) -> "Histogram":
         return Histogram(list(self.counts), self.count, self.sum_ms)
 
-    def quantile(self, q: float) -> float:
-        """Upper bound of the bucket holding the q-quantile (inf past the last bound)."""
-        if self.count == 0:
-            return 0.0
-        rank, seen = q * self.count, 0
-        for bound, n in zip((*BUCKETS_MS, float("inf")), self.counts):
-            seen += n
-            if seen >= rank:
-                return bound
-        return float("inf")
-
 
 @dataclass
 class RequestRecord:

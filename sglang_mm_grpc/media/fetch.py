@@ -160,7 +160,7 @@ class MediaFetcher:
                     self._bytes += len(data)
                     return data
                 # httpx gets a looser per-operation backstop; the scope above is the real bound.
-                return await self._http.fetch(source.value, budget, timeout + 1.0)  # type: ignore[arg-type]
+                return await _cancelled_once(self._http.fetch(source.value, budget, timeout + 1.0))  # type: ignore[arg-type]
         except asyncio.TimeoutError:
             # Raised below, outside this handler: chained to the TimeoutError, our error
             # would lead back (through the timeout's task) to the task that holds it, a
@@ -225,6 +225,29 @@ else:  # Python 3.10
             raise
         finally:
             handle.cancel()
+
+
+async def _cancelled_once(coro):
+    """Await ``coro`` in its own task that is cancelled at most once. The fetch deadline
+    and the RPC's own cancellation often fire together; a second cancel would interrupt
+    httpcore's cleanup of the first and leave the connection open and counted in the pool."""
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(_retrieve)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # if cancelled again here, the task still finishes its cleanup
+        raise
+    finally:
+        del task  # a failure's traceback holds this frame: no cycle through the task
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a left task's failure as seen (it was reported through the awaiting side)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _all_or_nothing(coroutines) -> list:

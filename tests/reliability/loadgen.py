@@ -360,10 +360,6 @@ def summary_ok(r: Results) -> list[str]:
     return problems
 
 
-def mean(xs):
-    return statistics.fmean(xs) if xs else 0.0
-
-
 # -- an overload burst -------------------------------------------------------------------
 
 
