@@ -1,9 +1,10 @@
 """The in-flight limit: past it a new request is refused at once instead of queueing.
 
-A request holds its slot while its handler runs and while any of its work is still in
-the worker pool: a cancelled call whose worker is finishing the current image keeps
-its slot until that worker lets go, so clients that cancel and resend cannot pile
-unbounded work behind the pool. Thread-safe (pool callbacks release from worker threads).
+A request holds its slot while its handler runs, while its response is being sent, and
+while any of its work is still in the worker pool: a cancelled call whose worker is
+finishing the current image keeps its slot until that worker lets go, so clients that
+cancel and resend cannot pile unbounded work behind the pool, nor slow readers
+unbounded responses. Thread-safe (pool callbacks release from worker threads).
 """
 
 from __future__ import annotations

@@ -299,7 +299,13 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             nonlocal finished
             finished = True
             if ticket is not None:
-                ticket.release()
+                on_done = getattr(context, "add_done_callback", None)
+                if code == "OK" and on_done is not None:
+                    # A response (possibly a large payload) still has to be sent: the
+                    # slot is held until grpc has finished the call.
+                    on_done(lambda _ctx: ticket.release())
+                else:
+                    ticket.release()
             self.metrics.finish(rec, code, message)
 
         try:
