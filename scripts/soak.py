@@ -72,6 +72,11 @@ def main() -> int:
         "RSS by about this much without any trend",
     )
     ap.add_argument("--server-env", action="append", default=[], metavar="K=V", help="environment for the server only")
+    ap.add_argument(
+        "--max-in-flight", type=int, default=0, metavar="N",
+        help="the server's limit (default: the clients plus a quarter, so the load itself is never "
+        "refused; the burst afterwards goes past it)",
+    )
     ap.add_argument("--burst", type=int, default=256, help="calls sent at once after the load, one 768x1024 photo each (0: none)")
     args = ap.parse_args()
 
@@ -89,6 +94,7 @@ def main() -> int:
                 "--store-bytes", args.store_bytes,
                 "--store-items", args.store_items,
                 "--handle-ttl", args.handle_ttl,
+                "--max-in-flight", str(args.max_in_flight or args.clients + args.clients // 4),
                 "--log-level", "WARNING",
                 models=MODELS,
                 workers=args.workers,
