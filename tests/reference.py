@@ -149,3 +149,19 @@ def run_torch_reference(image_processor, raws: list[bytes]) -> dict[str, np.ndar
 def run_reference(processor, raws: list[bytes]) -> dict[str, np.ndarray]:
     out = processor([reference_input(r) for r in raws], return_tensors="np")
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def assert_full_prompt(pp, processor, raws, assert_same):
+    """Pixels (via the family's ``assert_same``) and the expanded ids against the whole HF
+    processor on one prompt; every image's expansion is one run of its image token."""
+    text, ids = word_prompt(len(raws), pp.family.image_token_id)
+    ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
+    ours = pp.preprocess(raws, input_ids=ids)
+    assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})
+    expected = np.asarray(ref["input_ids"])[0]
+    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected)
+    image = pp.family.image_token_id
+    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected == image, [0]))))
+    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
+    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]
+    return ours

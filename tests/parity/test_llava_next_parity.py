@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import imagegen
-from reference import llava_reference, reference_input, run_reference, word_prompt
+from reference import assert_full_prompt, llava_reference, run_reference
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.llava_next import DEFAULT_PINPOINTS
@@ -65,17 +65,7 @@ def assert_same(ours, ref):
 
 def assert_full(pp, processor, raws):
     """Pixels, image_sizes and the expanded ids against the whole HF processor."""
-    text, ids = word_prompt(len(raws), pp.family.image_token_id)
-    ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
-    ours = pp.preprocess(raws, input_ids=ids)
-    assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})
-    expected = np.asarray(ref["input_ids"])[0]
-    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected)
-    image = pp.family.image_token_id
-    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected == image, [0]))))
-    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
-    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]
-    return ours
+    return assert_full_prompt(pp, processor, raws, assert_same)
 
 
 def large_jpeg(h: int, w: int) -> bytes:
