@@ -1,12 +1,23 @@
-"""Rescale + normalize as 256-entry per-channel lookup tables.
+"""Rescale + normalize as 256-entry per-channel lookup tables, and the writers' row step.
 
 A uint8 input has only 256 values per channel, so computing the HF arithmetic once per
-value and looking it up is exact by construction and costs one load per element.
+value and looking it up is exact by construction. The lookup is a scalar load per
+element, though, which LLVM cannot vectorize; a few float32 operations can be. Because
+the output depends only on (channel, value), arithmetic that reproduces all 256 entries
+of each channel's table is exact for every image: ``arithmetic`` searches for such
+constants once per table and the writers use them, keeping the lookup for tables no
+candidate reproduces (e.g. bf16-rounded ones).
 """
 
 from __future__ import annotations
 
+import functools
+
+import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 
 def pil_backend_lut(
@@ -59,3 +70,148 @@ def torchvision_backend_lut(
         else:
             lut[c] = x
     return lut
+
+
+# Rescale factors tried when fitting: the HF default as a float64 product (PIL backend,
+# ToTensor's division gives the same values) and as a float32 one (torchvision backend,
+# Llama 4), and none. A table made with another factor is served by lookup.
+_RESCALES = (1 / 255, float(np.float32(1 / 255)), 1.0)
+_ULPS = 6  # neighbours tried on each side of the estimated mean and std
+
+
+def _split(factor: float) -> tuple[np.float32, np.float32]:
+    """``factor`` as ``hi + lo`` where ``hi`` keeps 16 significant bits, so ``v * hi`` is
+    exact in float32 for a byte ``v`` and ``v * hi + v * lo`` rounds ``v * factor`` once
+    (more or less: the fit checks every value)."""
+    hi = np.array([factor], np.float32).view(np.uint32) & np.uint32(0xFFFFFF00)
+    hi = hi.view(np.float32)[0]
+    return hi, np.float32(factor - np.float64(hi))
+
+
+def _around(x: float) -> np.ndarray:
+    """float32 ``x`` and its ``_ULPS`` float32 neighbours on each side."""
+    up = down = np.float32(x)
+    out = [up]
+    for _ in range(_ULPS):
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        out += [up, down]
+    return np.array(out, np.float32)
+
+
+def _fit_channel(table: np.ndarray):
+    """(hi, lo, mean, std) float32 with ``((v*hi + v*lo) - mean) / std`` in float32 equal
+    to ``table[v]`` bit for bit for every byte ``v``, or None."""
+    if not np.isfinite(table).all():
+        return None
+    v = np.arange(256, dtype=np.float32)
+    want = table.view(np.uint32)
+    for factor in _RESCALES:
+        hi, lo = _split(factor)
+        x = v * hi + v * lo
+        # the slope is well determined by all 256 values; the mean by table[0] = -mean/std
+        slope = np.polyfit(x.astype(np.float64), table.astype(np.float64), 1)[0]
+        if not np.isfinite(slope) or slope == 0:
+            continue
+        stds = _around(1 / slope)
+        means = _around(-np.float64(table[0]) / slope)
+        with np.errstate(all="ignore"):
+            got = (x[None, None, :] - means[None, :, None]) / stds[:, None, None]
+        hits = np.argwhere((got.view(np.uint32) == want).all(axis=2))
+        if len(hits):
+            i, j = hits[0]
+            return hi, lo, means[j], stds[i]
+    return None
+
+
+_NO_FIT = np.empty((0, 4), np.float32)
+
+
+@functools.lru_cache(maxsize=64)
+def _fit(table_bytes: bytes) -> np.ndarray:
+    table = np.frombuffer(table_bytes, np.float32).reshape(3, 256)
+    rows = [_fit_channel(table[c]) for c in range(3)]
+    if any(r is None for r in rows):
+        return _NO_FIT
+    coef = np.array(rows, np.float32)
+    # check the compiled row step itself, on a row long enough for its vector body and tail
+    n = 256 + 7
+    src = np.repeat(np.arange(n) % 256, 3).astype(np.uint8)
+    got = np.empty((3, n), np.float32)
+    normalize_row(src, n, coef, table, got[0], got[1], got[2])
+    if not np.array_equal(got.view(np.uint32), table.view(np.uint32)[:, np.arange(n) % 256]):
+        return _NO_FIT
+    return coef
+
+
+def arithmetic(lut: np.ndarray) -> np.ndarray:
+    """float32 [3, 4]: per channel (hi, lo, mean, std) such that
+    ``((v*hi + v*lo) - mean) / std`` in float32 is ``lut[c, v]`` for every byte, or an
+    empty [0, 4] array when some channel has no such constants (the writers then look
+    values up). Depends only on the table's first three rows; cached per table."""
+    return _fit(np.ascontiguousarray(lut[:3], dtype=np.float32).tobytes())
+
+
+@numba.njit(nogil=True, cache=True)
+def normalize_row(src, n, coef, lut, d0, d1, d2):
+    """``d_c[i] = lut[c, src[3*i + c]]`` for ``i < n``: ``src`` an interleaved RGB uint8
+    row, ``coef`` from ``arithmetic(lut)``. The arithmetic loop reads the three channels
+    together, so LLVM vectorizes it (shuffled byte loads, float32 math, contiguous
+    stores); the lookup loop stays scalar."""
+    if coef.shape[0] == 3:
+        h0, l0, m0, s0 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3]
+        h1, l1, m1, s1 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3]
+        h2, l2, m2, s2 = coef[2, 0], coef[2, 1], coef[2, 2], coef[2, 3]
+        for i in range(n):
+            v0 = np.float32(src[3 * i])
+            v1 = np.float32(src[3 * i + 1])
+            v2 = np.float32(src[3 * i + 2])
+            d0[i] = (v0 * h0 + v0 * l0 - m0) / s0
+            d1[i] = (v1 * h1 + v1 * l1 - m1) / s1
+            d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
+    else:
+        t0, t1, t2 = lut[0], lut[1], lut[2]
+        for i in range(n):
+            d0[i] = t0[src[3 * i]]
+            d1[i] = t1[src[3 * i + 1]]
+            d2[i] = t2[src[3 * i + 2]]
+
+
+@intrinsic
+def copy_run(typingctx, dst, i, src, j, n):
+    """``dst[i:i+n] = src[j:j+n]`` for 1-D arrays whose elements are adjacent in memory
+    (unit stride, even if typed non-contiguous), as one ``llvm.memcpy``. LLVM expands a
+    short one into a few vector moves; the equivalent loop stays scalar because numba
+    cannot tell LLVM that the two arrays do not overlap."""
+    def codegen(context, builder, sig, args):
+        d = context.make_array(sig.args[0])(context, builder, args[0])
+        s = context.make_array(sig.args[2])(context, builder, args[2])
+        itemsize = context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [args[1]]), builder.gep(s.data, [args[3]]), args[4], itemsize)
+        return context.get_dummy_value()
+
+    return types.void(dst, i, src, j, n), codegen
+
+
+def _c_typed(a) -> bool:
+    """Whether numba typed ``a`` as C-contiguous (a compile-time constant)."""
+    return a.flags.c_contiguous
+
+
+@overload(_c_typed)
+def _c_typed_numba(a):
+    c_typed = a.layout == "C"
+    return lambda a: c_typed
+
+
+@numba.njit(nogil=True, cache=True)
+def normalize_into(src, n, coef, lut, line, out, y, x):
+    """``out[c, y, x:x+n] = lut[c, src[3*i + c]]``. A C-contiguous ``out`` is written
+    directly; any other (a slot of a padded batch, whose rows are still contiguous) gets
+    the row through ``line`` (float32 [3, >= n]) and ``copy_run``, since LLVM would
+    turn stores of unknown stride into slow scatters."""
+    if _c_typed(out):
+        normalize_row(src, n, coef, lut, out[0, y, x:x + n], out[1, y, x:x + n], out[2, y, x:x + n])
+    else:
+        normalize_row(src, n, coef, lut, line[0], line[1], line[2])
+        for c in range(3):
+            copy_run(out[c, y], x, line[c], 0, n)

@@ -1,9 +1,10 @@
-"""Crop / pad / tile + normalize + HWC->CHW in one pass, by lookup table.
+"""Crop / pad / tile + normalize + HWC->CHW in one pass.
 
 CLIP-style processors crop (``center_crop``), pad (LLaVA-NeXT's centered black canvas,
 ``center_crop`` of a too-small image) and cut tiles in uint8, then rescale and
 normalize. Reading a window of the uint8 image, with a fill value outside it, and
-looking each value up in the normalize table writes every output element once: no
+normalizing each row segment with ``normalize.normalize_row`` (vectorized arithmetic
+proven equal to the table, or the table itself) writes every output element once: no
 padded canvas, no cropped copy, no float intermediate.
 """
 
@@ -12,52 +13,50 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .normalize import arithmetic, normalize_into
+
 
 @numba.njit(nogil=True, cache=True)
-def lut_window_chw(img, y0, x0, lut, fill, out):
+def lut_window_chw(img, y0, x0, coef, lut, fill, out):
     """``out[c, y, x] = lut[c, img[y0 + y, x0 + x, c]]``, and ``lut[c, fill[c]]`` where
-    ``(y0 + y, x0 + x)`` falls outside ``img``. ``img`` uint8 [H, W, C]; ``fill`` uint8
-    [C]; ``out`` float32 [C, h, w], possibly a view into a larger tensor; ``y0``/``x0``
-    may be negative."""
-    h_in, w_in, channels = img.shape
+    ``(y0 + y, x0 + x)`` falls outside ``img``. ``img`` uint8 [H, W, 3]; ``coef`` is
+    ``normalize.arithmetic(lut)``; ``fill`` uint8 [3]; ``out`` float32 [3, h, w],
+    possibly a view into a larger tensor; ``y0``/``x0`` may be negative."""
+    h_in, w_in, _ = img.shape
     _, h, w = out.shape
     xa = min(max(-x0, 0), w)  # first output column inside the image
     xb = max(min(w_in - x0, w), xa)  # one past the last
-    for c in range(channels):
-        table = lut[c]
-        pad = table[fill[c]]
-        plane = out[c]
-        for y in range(h):
-            orow = plane[y]
-            sy = y0 + y
-            if sy < 0 or sy >= h_in:
-                for x in range(w):
+    line = np.empty((3, w), np.float32)
+    for y in range(h):
+        sy = y0 + y
+        inside = 0 <= sy < h_in
+        for c in range(3):
+            pad = lut[c, fill[c]]
+            orow = out[c, y]
+            for x in range(xa if inside else w):
+                orow[x] = pad
+            if inside:
+                for x in range(xb, w):
                     orow[x] = pad
-                continue
-            line = img[sy]
-            for x in range(xa):
-                orow[x] = pad
-            for x in range(xa, xb):
-                orow[x] = table[line[x0 + x, c]]
-            for x in range(xb, w):
-                orow[x] = pad
+        if inside and xb > xa:
+            normalize_into(img[sy].reshape(-1)[3 * (x0 + xa):], xb - xa, coef, lut, line, out, y, xa)
 
 
 @numba.njit(nogil=True, cache=True)
-def lut_tiles_chw(img, top, left, rows, cols, lut, fill, out):
+def lut_tiles_chw(img, top, left, rows, cols, coef, lut, fill, out):
     """Place ``img`` at (``top``, ``left``) on a ``fill`` canvas of ``rows`` x ``cols``
-    tiles and write the tiles in raster order: ``out[t]`` float32 [C, th, tw]."""
+    tiles and write the tiles in raster order: ``out[t]`` float32 [3, th, tw]."""
     th, tw = out.shape[2], out.shape[3]
     for r in range(rows):
         for q in range(cols):
-            lut_window_chw(img, r * th - top, q * tw - left, lut, fill, out[r * cols + q])
+            lut_window_chw(img, r * th - top, q * tw - left, coef, lut, fill, out[r * cols + q])
 
 
 def _check(img: np.ndarray, lut: np.ndarray, out: np.ndarray, ndim: int) -> None:
-    if img.ndim != 3 or img.dtype != np.uint8:
-        raise ValueError("expected a uint8 [H, W, C] image")
-    if out.dtype != np.float32 or out.ndim != ndim or out.shape[ndim - 3] != img.shape[2]:
-        raise ValueError(f"out must be float32 with {img.shape[2]} channels, got {out.dtype} {out.shape}")
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+        raise ValueError("expected a uint8 [H, W, 3] image")
+    if out.dtype != np.float32 or out.ndim != ndim or out.shape[ndim - 3] != 3 or out.strides[-1] != 4:
+        raise ValueError(f"out must be float32 with 3 channels and contiguous rows, got {out.dtype} {out.shape}")
     if lut.dtype != np.float32 or lut.shape[0] < img.shape[2] or lut.shape[1] != 256:
         raise ValueError("lut must be float32 [C, 256]")
 
@@ -70,7 +69,7 @@ def window_chw(img: np.ndarray, y0: int, x0: int, lut: np.ndarray, out: np.ndarr
     """Python entry for ``lut_window_chw``: checks dtypes and shapes; ``fill`` is one
     uint8 value or one per channel."""
     _check(img, lut, out, 3)
-    lut_window_chw(np.ascontiguousarray(img), int(y0), int(x0), lut, _fill(fill, img.shape[2]), out)
+    lut_window_chw(np.ascontiguousarray(img), int(y0), int(x0), arithmetic(lut), lut, _fill(fill, 3), out)
     return out
 
 
@@ -82,7 +81,7 @@ def tiles_chw(
     if out.shape[0] != rows * cols:
         raise ValueError(f"out holds {out.shape[0]} tiles, need {rows * cols}")
     lut_tiles_chw(
-        np.ascontiguousarray(img), int(top), int(left), int(rows), int(cols), lut, _fill(fill, img.shape[2]), out
+        np.ascontiguousarray(img), int(top), int(left), int(rows), int(cols), arithmetic(lut), lut, _fill(fill, 3), out
     )
     return out
 
