@@ -50,32 +50,38 @@ def parse_backend(value) -> int:
     )
 
 
-def assemble(out: PreprocessOutput, backend, field_layout, into: pb.BackendPayload | None = None) -> pb.BackendPayload:
+def assemble(
+    out: PreprocessOutput, backend, field_layout, into: pb.BackendPayload | None = None, *, pixel_bytes: bool = True
+) -> pb.BackendPayload:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
     ``into``: fill this (empty) message instead of a new one, e.g. a response's
     ``payload`` field, so the tensor bytes are not copied once more.
+    ``pixel_bytes=False``: leave ``pixel_values.data`` empty (shape and dtype set), for
+    a serializer that appends :func:`pixel_wire_array` itself (``wire.with_payload``).
     """
     b = parse_backend(backend)
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b
     if b == pb.BACKEND_SGLANG:
         msg.input_ids.extend(token_ids(out.input_ids))
-        sglang_inputs(out, msg.sglang)
+        sglang_inputs(out, msg.sglang, pixel_bytes=pixel_bytes)
     elif b == pb.BACKEND_VLLM:
         msg.input_ids.extend(token_ids(out.input_ids))
-        vllm_inputs(out, field_layout, msg.vllm)
+        vllm_inputs(out, field_layout, msg.vllm, pixel_bytes=pixel_bytes)
     else:
         msg.input_ids.extend(token_ids(out.original_input_ids))
         trtllm_input(out, msg.trtllm)
     return msg
 
 
-def sglang_inputs(out: PreprocessOutput, into: sglang_pb.MultimodalInputs | None = None) -> sglang_pb.MultimodalInputs:
+def sglang_inputs(
+    out: PreprocessOutput, into: sglang_pb.MultimodalInputs | None = None, *, pixel_bytes: bool = True
+) -> sglang_pb.MultimodalInputs:
     msg = sglang_pb.MultimodalInputs() if into is None else into
     msg.modalities.append("image")
     msg.image_data.extend(out.raw_images)
-    tensors.fill(msg.pixel_values, out.pixel_values, np.float32)
+    tensors.fill(msg.pixel_values, pixel_wire_array(out), data=pixel_bytes)
     for name, arr in out.tensors.items():
         tensors.fill(msg.model_specific_tensors[name], _sglang_dtype(name, arr))
     msg.im_token_id = _token_id(out.image_token_id)
@@ -88,11 +94,11 @@ def sglang_inputs(out: PreprocessOutput, into: sglang_pb.MultimodalInputs | None
 
 
 def vllm_inputs(
-    out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInputs | None = None
+    out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInputs | None = None, *, pixel_bytes: bool = True
 ) -> vllm_pb.MultimodalInputs:
     msg = vllm_pb.MultimodalInputs() if into is None else into
     msg.mm_hashes.extend(im.hash for im in out.images)
-    tensors.fill(msg.pixel_values, out.pixel_values, np.float32)
+    tensors.fill(msg.pixel_values, pixel_wire_array(out), data=pixel_bytes)
     for name, arr in out.tensors.items():
         tensors.fill(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
     present = {"pixel_values", *out.tensors}
@@ -117,6 +123,11 @@ def trtllm_input(out: PreprocessOutput, into: trtllm_pb.MultimodalInput | None =
     msg.SetInParent()  # present even when empty, so the payload's oneof is set
     msg.image_data.extend(out.raw_images)
     return msg
+
+
+def pixel_wire_array(out: PreprocessOutput) -> np.ndarray:
+    """``pixel_values`` as the wire carries it for SGLang and vLLM: float32, little-endian, C order."""
+    return np.ascontiguousarray(out.pixel_values, dtype="<f4")
 
 
 def token_ids(ids) -> list[int]:

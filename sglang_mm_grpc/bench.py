@@ -6,10 +6,11 @@ Sections (each prints its table; all numbers are medians of repeated runs):
   inprocess  per model and image: Pillow decode, writing the output once (a fresh
              tensor), ours, ours after decode, HF's PIL and torchvision processors
              (when installed); ratios ours/floor and HF/ours. One thread.
-  server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process;
-             throughput with 8 concurrent clients on 1 core vs 2 cores.
+  server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
+             what gRPC alone takes to move a payload of that size; throughput with 8
+             concurrent clients on 1 core vs 2 cores.
   startup    time to SERVING with a warm and a cold numba cache; 1st vs 10th request.
-  cache      a repeated 1920x1080 image through the server vs its first time.
+  cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
   memory     peak RSS a request adds vs the size of its output tensors.
 Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
 """
@@ -27,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,7 +90,10 @@ def _hf_processors(model: str):
     pil = getattr(transformers, kind + "Pil", None)
     tv = getattr(transformers, kind, None)
     try:
+        import torch
         import torchvision  # noqa: F401
+
+        torch.set_num_threads(1)  # one thread, like ours
     except ImportError:
         tv = None
 
@@ -213,25 +216,88 @@ def _two_phase(client, raw: bytes, backend: str = "vllm"):
     client.assemble(r.handle, backend, release=True)
 
 
+def _assemble_bytes(client):
+    """Assemble returning the response bytes unparsed: a router forwards the payload, so
+    the load generator does not spend the CPU it shares with the server on parsing it."""
+    from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+    call = client._channel.unary_unary(
+        "/sglang_mm.v1.MultimodalPreprocessor/Assemble", request_serializer=pb.AssembleRequest.SerializeToString
+    )
+    return lambda handle: call(pb.AssembleRequest(handle=handle, backend=pb.BACKEND_VLLM, release=True), timeout=60)
+
+
+def _blob_server(port: int, nbytes: int, ready) -> None:
+    """A gRPC server whose one method answers any request with ``nbytes`` bytes."""
+    import asyncio
+
+    import grpc
+
+    async def serve():
+        blob = bytes(nbytes)
+
+        async def send(_request, _context):
+            return blob
+
+        handler = grpc.unary_unary_rpc_method_handler(send)
+        server = grpc.aio.server(options=[("grpc.max_send_message_length", 1 << 30)])
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("blob.Blob", {"Get": handler}),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def transport_ms(nbytes: int, repeat: int) -> float:
+    """Median time to receive ``nbytes`` in one unary gRPC response over 127.0.0.1 with
+    nothing else done: what moving a payload of that size costs at the least."""
+    import multiprocessing
+
+    import grpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_blob_server, args=(port, nbytes, ready), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("the transport probe server did not start")
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 1 << 30)]) as ch:
+            get = ch.unary_unary("/blob.Blob/Get")
+            return median_ms(lambda: get(b""), repeat)
+    finally:
+        proc.terminate()
+        proc.join(10)
+
+
 def bench_server(repeat: int, seconds: float) -> dict:
-    from . import Preprocessor
+    from . import Preprocessor, assemble
     from .client import Client
 
     raw = make_image("1280x720")
     pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
     pp.warmup()
     inproc = median_ms(lambda: pp.preprocess([raw]), repeat)
-    out: dict = {"image": "1280x720", "inprocess_ms": inproc}
+    payload = assemble.assemble(pp.preprocess([raw]), "vllm", pp.field_layout).ByteSize()
+    out: dict = {"image": "1280x720", "inprocess_ms": inproc, "payload_bytes": payload,
+                 "transport_ms": transport_ms(payload, repeat)}
     srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0")
     try:
         srv.wait_serving()
         with Client(srv.target) as c:
             out["p50_ms"] = median_ms(lambda: _two_phase(c, raw), repeat)
+            out["one_shot_p50_ms"] = median_ms(lambda: c.preprocess(SERVER_MODEL, [raw], backend="vllm"), repeat)
     finally:
         srv.stop()
     out["p50_over_inprocess"] = out["p50_ms"] / inproc
     print(f"  Preprocess+Assemble(vLLM) p50 {out['p50_ms']:.1f} ms vs in-process {inproc:.1f} ms "
-          f"= {out['p50_over_inprocess']:.2f}x", flush=True)
+          f"= {out['p50_over_inprocess']:.2f}x (one call with backend set: {out['one_shot_p50_ms']:.1f} ms); "
+          f"gRPC alone moves the {payload / 1e6:.1f} MB payload in {out['transport_ms']:.1f} ms", flush=True)
     for cores, workers in (("0", 1), ("0,1", 2)):
         srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0", "--workers", str(workers), cores=cores)
         try:
@@ -241,7 +307,7 @@ def bench_server(repeat: int, seconds: float) -> dict:
             srv.stop()
     out["scaling_2_over_1"] = out["throughput_2core_rps"] / out["throughput_1core_rps"]
     print(f"  8 clients: {out['throughput_1core_rps']:.1f} req/s on 1 core, {out['throughput_2core_rps']:.1f} on 2 "
-          f"= {out['scaling_2_over_1']:.2f}x", flush=True)
+          f"= {out['scaling_2_over_1']:.2f}x (the clients run on the same cores)", flush=True)
     return out
 
 
@@ -253,9 +319,14 @@ def _throughput(target: str, raw: bytes, clients: int, seconds: float) -> float:
 
     def worker(i: int) -> None:
         with Client(target) as c:
-            _two_phase(c, raw)  # connect + warm outside the window
+            assemble = _assemble_bytes(c)
+
+            def flow():
+                assemble(c.preprocess(SERVER_MODEL, [raw]).handle)
+
+            flow()  # connect + warm outside the window
             while time.perf_counter() < stop:
-                _two_phase(c, raw)
+                flow()
                 counts[i] += 1
 
     t0 = time.perf_counter()
@@ -301,13 +372,11 @@ def bench_cache(repeat: int) -> dict:
             firsts, repeats = [], []
             for k in range(max(3, repeat // 3)):
                 raw = make_image("1920x1080")[:-2] + bytes([k, 0xD9])  # new bytes: a miss
-                t0 = time.perf_counter()
-                c.release(c.preprocess(SERVER_MODEL, [raw]).handle)
-                firsts.append((time.perf_counter() - t0) * 1e3)
-                for _ in range(3):
+                for times in (firsts, repeats, repeats, repeats):
                     t0 = time.perf_counter()
-                    c.release(c.preprocess(SERVER_MODEL, [raw]).handle)
-                    repeats.append((time.perf_counter() - t0) * 1e3)
+                    handle = c.preprocess(SERVER_MODEL, [raw]).handle
+                    times.append((time.perf_counter() - t0) * 1e3)
+                    c.release(handle)
     finally:
         srv.stop()
     out["first_ms"], out["repeat_ms"] = statistics.median(firsts), statistics.median(repeats)

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
+from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .admission import default_max_in_flight
 from .config import preset_names
 from .cache import PreprocessCache
@@ -30,6 +30,7 @@ from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
 from .servicer import SERVICE_NAME, PreprocessorServicer
 from .store import HandleStore
+from .wire import serialize_response
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Server:
                 ("grpc.so_reuseport", 0),  # a taken port is an error, not a shared one
             ]
         )
-        pb_grpc.add_MultimodalPreprocessorServicer_to_server(self.servicer, server)
+        _add_servicer(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             [SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], server
@@ -238,3 +239,18 @@ async def serve(config: ServerConfig) -> int:
 
 def run(config: ServerConfig) -> int:
     return asyncio.run(serve(config))
+
+
+def _add_servicer(servicer: PreprocessorServicer, server) -> None:
+    """Register the service as the generated code does, except that a handler may return
+    bytes it serialized itself (large payloads, see ``wire``)."""
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["MultimodalPreprocessor"].methods:
+        request_class = getattr(pb, method.input_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=request_class.FromString,
+            response_serializer=serialize_response,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)

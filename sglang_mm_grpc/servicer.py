@@ -22,7 +22,7 @@ from typing import Awaitable, Callable, Mapping, Sequence
 import grpc
 
 from . import assemble as asm
-from . import tensors
+from . import tensors, wire
 from .admission import Admission, Busy, Ticket, default_max_in_flight
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -170,20 +170,31 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
 
         deadline.check("building the response")
-        ta = time.perf_counter()
-        resp, assemble_ms = await self._in_pool(_timed, _response, request, out, pp.field_layout, backend, ticket=ticket)
-        queue_ms += max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
-        rec.stages_ms["assemble"], rec.stages_ms["queue"] = assemble_ms, queue_ms
-        if backend is None or request.keep_handle:
-            # Kept last, with no await after it: a call cancelled at any earlier point
-            # keeps nothing. (Once the handler has returned, grpc does not tell us if the
-            # client then gave up; such a handle goes when its TTL ends.)
-            resp.handle = rec.handle = self._keep(Kept(pp.name, out, pp.field_layout))
+        resp = _response(request, out)
         resp.timings.fetch_ms = fetch_ms
         resp.timings.layout_ms = rec.stages_ms["layout"]
-        resp.timings.assemble_ms = rec.stages_ms["assemble"]
-        resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
-        return resp
+        keep = backend is None or request.keep_handle
+        if keep:
+            # A call cancelled at any earlier point keeps nothing; past this point it
+            # drops what it kept. (Once the handler has returned, grpc does not tell us
+            # if the client then gave up; such a handle goes when its TTL ends.)
+            resp.handle = rec.handle = self._keep(Kept(pp.name, out, pp.field_layout))
+        if backend is None:
+            rec.stages_ms["assemble"], rec.stages_ms["queue"] = 0.0, queue_ms
+            resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
+            return resp
+        ta = time.perf_counter()
+        try:
+            wire_bytes, assemble_ms = await self._in_pool(
+                _serialized_with_payload, resp, out, pp.field_layout, backend, rec.t0, ticket=ticket
+            )
+        except BaseException:
+            if keep:
+                self.store.pop(resp.handle)
+            raise
+        queue_ms += max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
+        rec.stages_ms["assemble"], rec.stages_ms["queue"] = assemble_ms, queue_ms
+        return wire_bytes
 
     async def _assemble(self, request: pb.AssembleRequest, context, *, rec: RequestRecord, ticket: Ticket):
         if not request.backend:
@@ -201,12 +212,14 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.model, rec.images = kept.model, len(kept.output.images)
         _Deadline(context).check("assembling")
         ta = time.perf_counter()
-        payload, assemble_ms = await self._in_pool(_timed, asm.assemble, kept.output, backend, kept.field_layout, ticket=ticket)
+        wire_bytes, assemble_ms = await self._in_pool(
+            _timed, wire.with_payload, pb.AssembleResponse(), kept.output, backend, kept.field_layout, ticket=ticket
+        )
         rec.stages_ms["assemble"] = assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
         if request.release:
             self.store.pop(request.handle)
-        return pb.AssembleResponse(payload=payload)
+        return wire_bytes
 
     async def _release(self, request: pb.ReleaseRequest, **_) -> pb.ReleaseResponse:
         return pb.ReleaseResponse(released=self.store.pop(request.handle) is not None)
@@ -357,7 +370,8 @@ def _naming_source(e: PreprocessError, sources) -> PreprocessError:
     return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item)
 
 
-def _response(request, out: PreprocessOutput, field_layout, backend) -> pb.PreprocessResponse:
+def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
+    """Everything a PreprocessResponse says about the request, without a payload."""
     resp = pb.PreprocessResponse(
         request_id=request.request_id,
         input_ids=asm.token_ids(out.input_ids),
@@ -379,12 +393,20 @@ def _response(request, out: PreprocessOutput, field_layout, backend) -> pb.Prepr
     if out.positions is not None:
         tensors.fill(resp.mrope.positions, out.positions)
         resp.mrope.delta = int(out.rope_delta or 0)
-    if backend is not None:
-        asm.assemble(out, backend, field_layout, into=resp.payload)
     t = out.timings_ms
     resp.timings.decode_ms = float(t.get("decode_ms", 0.0))
     resp.timings.process_ms = float(t.get("process_ms", 0.0))
     return resp
+
+
+def _serialized_with_payload(resp, out: PreprocessOutput, field_layout, backend, t0: float) -> tuple[bytes, float]:
+    """(``resp`` with the payload for ``backend``, serialized; ms spent assembling)."""
+    ta = time.perf_counter()
+    asm.assemble(out, backend, field_layout, into=resp.payload, pixel_bytes=False)
+    now = time.perf_counter()
+    assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
+    resp.timings.total_ms = (now - t0) * 1e3
+    return wire.serialize_payload(resp, out), assemble_ms
 
 
 def _model_info(info: dict) -> pb.ModelInfo:

@@ -29,14 +29,15 @@ def wire_dtype_name(dtype) -> str:
     return name
 
 
-def fill(msg, array: np.ndarray, dtype=None):
-    """Write ``array`` (cast to ``dtype`` if given) into the TensorData ``msg``; returns it."""
+def fill(msg, array: np.ndarray, dtype=None, *, data: bool = True):
+    """Write ``array`` (cast to ``dtype`` if given) into the TensorData ``msg``; returns it.
+    ``data=False`` sets only shape and dtype (the bytes are appended when serializing)."""
     arr = np.asarray(array)
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)
     name = wire_dtype_name(arr.dtype)
-    le = np.asarray(arr, dtype=WIRE_DTYPES[name], order="C")
-    msg.data = le.tobytes()
+    if data:
+        msg.data = np.asarray(arr, dtype=WIRE_DTYPES[name], order="C").tobytes()
     del msg.shape[:]
     msg.shape.extend(int(d) for d in arr.shape)
     msg.dtype = name
