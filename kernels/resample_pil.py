@@ -23,6 +23,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
@@ -167,78 +170,201 @@ def horizontal_first(in_h: int, in_w: int, out_h: int, out_w: int) -> bool:
     return not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _clip8(acc):
-    """Resample.c's clip8: arithmetic shift, then its lookup table, which clamps to 0..255."""
-    v = acc >> PRECISION_BITS
-    if v < 0:
-        return np.uint8(0)
-    if v > 255:
-        return np.uint8(255)
-    return np.uint8(v)
+@intrinsic
+def _clip8(typingctx, acc):
+    """Resample.c's clip8 of an int32: arithmetic shift, then its lookup table, which
+    clamps to 0..255. In 32-bit LLVM IR, as numba would widen the shift to int64 and
+    LLVM then vectorise at half the width."""
+    sig = types.uint8(types.int32)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        v = builder.ashr(args[0], ir.Constant(i32, PRECISION_BITS))
+        v = builder.select(builder.icmp_signed(">", v, ir.Constant(i32, 255)), ir.Constant(i32, 255), v)
+        v = builder.select(builder.icmp_signed("<", v, ir.Constant(i32, 0)), ir.Constant(i32, 0), v)
+        return builder.trunc(v, ir.IntType(8))
+
+    return sig, codegen
+
+
+@intrinsic
+def _copy4(typingctx, dst, di, src, si):
+    """dst[di:di+4] = src[si:si+4] for flat uint8 arrays, as one unaligned 4-byte move.
+    No bounds check. Volatile, so LLVM keeps it a plain move: it otherwise vectorises
+    these strided copy loops into gathers and scatters, which are slower."""
+    sig = types.none(dst, di, src, si)
+
+    def codegen(context, builder, signature, args):
+        dty, _, sty, _ = signature.args
+        d = context.make_array(dty)(context, builder, args[0])
+        s = context.make_array(sty)(context, builder, args[2])
+        i64 = ir.IntType(64)
+        memcpy = builder.module.declare_intrinsic("llvm.memcpy", [d.data.type, s.data.type, i64])
+        builder.call(memcpy, [builder.gep(d.data, [args[1]]), builder.gep(s.data, [args[3]]),
+                              ir.Constant(i64, 4), ir.Constant(ir.IntType(1), 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _mac(typingctx, acc, v, k):
+    """int32 ``acc + v * k`` for a uint8 ``v``, wrapping like Resample.c's ``int ss``.
+    Spelled out in 32-bit LLVM IR: numba's own arithmetic widens to int64, which LLVM
+    then vectorises at half the width."""
+    sig = types.int32(types.int32, v, types.int32)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        return builder.add(args[0], builder.mul(builder.zext(args[1], i32), args[2]))
+
+    return sig, codegen
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _horizontal_blocked(src, dst, row0, bounds, kk, nc, rb):
-    """Horizontal pass over blocks of ``rb`` rows.
+def _dot4(s, v0, v1, v2, v3, k0, k1, k2, k3):
+    """s + four taps, in int32."""
+    return _mac(_mac(_mac(_mac(s, v0, k0), v1, k1), v2, k2), v3, k3)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _convolve(src, pitch, lanes, bounds, kk, shift, acc, out, out_pitch, count):
+    """out[y * out_pitch + j] = clip8(sum_i src[(bounds[y,0] - shift + i) * pitch + j] *
+    kk[y, i]) for y < count, j < lanes.
+
+    Taps go in chunks of four inside the lane loop, so partial sums stay in registers and
+    ``acc`` is touched once per chunk; a short chunk repeats its last row with weight 0.
+    Flat arrays with unsigned offsets: row views cost reference counting (atomic, per
+    call of an inlined helper) and signed indices a wrap-around test per access.
+    """
+    for y in range(count):
+        n = bounds[y, 1]
+        base = (bounds[y, 0] - shift) * pitch
+        o = np.uint64(y * out_pitch)
+        if n < 1:
+            for j in range(np.uint64(lanes)):
+                out[o + j] = _clip8(np.int32(_HALF))
+            continue
+        i = 0
+        while True:
+            last = i + 4 >= n
+            k0 = kk[y, i]
+            k1 = kk[y, i + 1] if i + 1 < n else np.int32(0)
+            k2 = kk[y, i + 2] if i + 2 < n else np.int32(0)
+            k3 = kk[y, i + 3] if i + 3 < n else np.int32(0)
+            s0 = np.uint64(base + i * pitch)
+            s1 = np.uint64(base + min(i + 1, n - 1) * pitch)
+            s2 = np.uint64(base + min(i + 2, n - 1) * pitch)
+            s3 = np.uint64(base + min(i + 3, n - 1) * pitch)
+            if i == 0 and last:
+                for j in range(np.uint64(lanes)):
+                    out[o + j] = _clip8(_dot4(np.int32(_HALF), src[s0 + j], src[s1 + j], src[s2 + j], src[s3 + j], k0, k1, k2, k3))
+            elif i == 0:
+                for j in range(np.uint64(lanes)):
+                    acc[j] = _dot4(np.int32(_HALF), src[s0 + j], src[s1 + j], src[s2 + j], src[s3 + j], k0, k1, k2, k3)
+            elif last:
+                for j in range(np.uint64(lanes)):
+                    out[o + j] = _clip8(_dot4(acc[j], src[s0 + j], src[s1 + j], src[s2 + j], src[s3 + j], k0, k1, k2, k3))
+            else:
+                for j in range(np.uint64(lanes)):
+                    acc[j] = _dot4(acc[j], src[s0 + j], src[s1 + j], src[s2 + j], src[s3 + j], k0, k1, k2, k3)
+            if last:
+                break
+            i += 4
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, slot, rb):
+    """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows.
 
     A per-pixel dot product over taps does not vectorise. Transposing a block of rows into
-    ``t[x, c * rb + r]`` makes every tap a contiguous run of ``nc * rb`` samples sharing one
-    coefficient, so the tap loop becomes a SIMD multiply-add over the whole block.
-    ``nc``/``rb`` are constants at each call site so the lane loops are fully unrolled.
+    ``t[x, r * slot + c]`` makes every tap a contiguous run of ``rb * slot`` samples that
+    share one coefficient: the vertical pass's problem. RGB gets 4-byte slots so a pixel
+    moves in and out as one 4-byte copy (the fourth lane is the next pixel's first byte:
+    computed, never stored). ``nc``/``slot``/``rb`` are constants at each call site.
     """
-    out_h, out_w, _ = dst.shape
-    if out_h == 0 or out_w == 0:
+    out_w = bounds.shape[0]
+    in_row = in_w * nc
+    out_row = out_w * nc
+    out_h = dflat.size // out_row if out_row else 0
+    if out_h == 0:
         return
-    width = nc * rb
+    lanes = rb * slot
     xlo = bounds[0, 0]
     xhi = bounds[0, 0] + bounds[0, 1]
     for x in range(1, out_w):
         xlo = min(xlo, bounds[x, 0])
         xhi = max(xhi, bounds[x, 0] + bounds[x, 1])
+    # A slot wider than a pixel reads one byte past the pixel: not for the row's last one.
+    xwide = min(xhi, in_w - 1) if slot > nc else xhi
     # Lanes of rows past the image end are left uninitialised: they hold some uint8, their
     # sums are computed and discarded.
-    t = np.empty((max(xhi, 1), width), np.uint8)
-    acc = np.empty(width, np.int32)
-    res = np.empty(width, np.uint8)
+    t = np.empty(max(xhi - xlo, 1) * lanes, np.uint8)
+    res = np.empty(out_w * lanes, np.uint8)
+    acc = np.empty(lanes, np.int32)
     for y0 in range(0, out_h, rb):
         nr = min(rb, out_h - y0)
-        for r in range(nr):
-            srow = src[row0 + y0 + r]
-            for x in range(xlo, xhi):
-                for c in range(nc):
-                    t[x, c * rb + r] = srow[x, c]
-        for x in range(out_w):
-            xmin = bounds[x, 0]
-            n = bounds[x, 1]
-            for j in range(width):
-                acc[j] = _HALF
-            for i in range(n):
-                k = kk[x, i]
-                tr = t[xmin + i]
-                for j in range(width):
-                    # int32 wrap-around, exactly like Resample.c's `int ss`.
-                    acc[j] = acc[j] + np.int32(tr[j]) * k
-            for j in range(width):
-                res[j] = _clip8(acc[j])
+        # In tiles of 64 columns, so the part of ``t`` being filled stays in L1.
+        for xt in range(xlo, xhi, 64):
+            xe = min(xt + 64, xhi)
+            xw = min(xe, xwide)
             for r in range(nr):
-                for c in range(nc):
-                    dst[y0 + r, x, c] = res[c * rb + r]
+                so = (y0 + r) * in_row
+                to = r * slot - xlo * lanes
+                if slot == 4:
+                    for x in range(xt, xw):
+                        _copy4(t, to + x * lanes, sflat, so + x * nc)
+                else:
+                    for x in range(xt, xw):
+                        for c in range(slot):
+                            t[to + x * lanes + c] = sflat[so + x * nc + c]
+                for x in range(max(xt, xw), xe):
+                    for c in range(nc):
+                        t[to + x * lanes + c] = sflat[so + x * nc + c]
+        _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, out_w)
+        for xt in range(0, out_w, 64):
+            xe = min(xt + 64, out_w)
+            xw = min(xe, out_w - 1) if slot > nc else xe
+            for r in range(nr):
+                do = (y0 + r) * out_row
+                if slot == 4:
+                    # The byte past each pixel is rewritten by the next one.
+                    for x in range(xt, xw):
+                        _copy4(dflat, do + x * nc, res, x * lanes + r * slot)
+                else:
+                    for x in range(xt, xw):
+                        for c in range(nc):
+                            dflat[do + x * nc + c] = res[x * lanes + r * slot + c]
+                for x in range(max(xt, xw), xe):
+                    for c in range(nc):
+                        dflat[do + x * nc + c] = res[x * lanes + r * slot + c]
 
 
 @numba.njit(nogil=True, cache=True)
 def resample_horizontal(src, dst, row0, bounds, kk):
     """dst[y, x, c] = clip8(sum_i src[y + row0, bounds[x,0] + i, c] * kk[x, i]) for y in
     range(dst.shape[0])."""
-    nc = dst.shape[2]
-    # About 48 int32 lanes per block: six AVX2 registers of accumulators.
-    # RGB and L get fully unrolled copies; LA/RGBA share a generic one.
+    out_h, out_w, nc = dst.shape
+    if out_h == 0 or out_w == 0:
+        return
+    in_w = src.shape[1]
+    # Flat C-contiguous images; strided arrays go through contiguous copies (of just the
+    # rows used, for the source).
+    s = np.ascontiguousarray(src[row0:row0 + out_h])
+    d = np.ascontiguousarray(dst)
+    sflat = s.reshape(s.size)
+    dflat = d.reshape(d.size)
+    # 64 int32 lanes per block.
     if nc == 3:
-        _horizontal_blocked(src, dst, row0, bounds, kk, 3, 16)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 16)
     elif nc == 1:
-        _horizontal_blocked(src, dst, row0, bounds, kk, 1, 48)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 1, 1, 64)
+    elif nc == 4:
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 16)
     else:
-        _horizontal_blocked(src, dst, row0, bounds, kk, nc, 12)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 2, 2, 32)
+    if d.ctypes.data != dst.ctypes.data:
+        dst[...] = d
 
 
 @numba.njit(nogil=True, cache=True)
@@ -247,28 +373,15 @@ def resample_vertical(src, dst, bounds, kk):
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
-    # Rows are processed as flat runs of out_w * nc samples (one int32 accumulator each),
-    # so each tap is a contiguous SIMD multiply-add. Non-contiguous arrays go through
-    # contiguous copies to keep that layout.
+    # Rows are processed as flat runs of out_w * nc samples, so each tap is a contiguous
+    # SIMD multiply-add. Non-contiguous arrays go through contiguous copies.
     s = np.ascontiguousarray(src)
     d = np.ascontiguousarray(dst)
     rowlen = out_w * nc
-    s2 = s.reshape(s.shape[0], s.shape[1] * s.shape[2])
-    d2 = d.reshape(out_h, rowlen)
+    sflat = s.reshape(s.size)
+    dflat = d.reshape(d.size)
     acc = np.empty(rowlen, np.int32)
-    for y in range(out_h):
-        ymin = bounds[y, 0]
-        n = bounds[y, 1]
-        for j in range(rowlen):
-            acc[j] = _HALF
-        for i in range(n):
-            k = kk[y, i]
-            row = s2[ymin + i]
-            for j in range(rowlen):
-                acc[j] = acc[j] + np.int32(row[j]) * k
-        drow = d2[y]
-        for j in range(rowlen):
-            drow[j] = _clip8(acc[j])
+    _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dflat, rowlen, out_h)
     if d.ctypes.data != dst.ctypes.data:
         dst[...] = d
 

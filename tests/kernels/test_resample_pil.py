@@ -328,3 +328,61 @@ def test_rejects_bad_arguments():
 
 def test_warmup_runs():
     rp.warmup()
+
+
+@pytest.mark.parametrize("f", CONV_FILTERS, ids=NAMES.get)
+def test_every_channel_count_and_tap_count(f):
+    """All channel counts through resize, at scales giving 1 to ~20 taps per axis (the pass
+    kernels take taps in chunks of four, and RGB/RGBA move pixels as 4-byte slots)."""
+    rng = np.random.default_rng(43 + f)
+    cases = []
+    for i in range(32):
+        c = 1 + i % 4
+        scale_h, scale_w = (float(v) for v in rng.uniform(0.2, 7.0, 2))
+        ih, iw = (int(v) for v in rng.integers(2, 120, 2))
+        oh, ow = max(1, round(ih / scale_h)), max(1, round(iw / scale_w))
+        if (oh, ow) == (ih, iw):
+            ow += 1
+        a = make_image(rng, ih, iw, c, KINDS[i % 3])
+        if c in (2, 4):
+            a[..., -1][rng.random((ih, iw)) < 0.3] = 255
+        cases.append((a, oh, ow, f, f"taps, case {i}"))
+    assert_all_match(cases)
+
+
+def _reference_pass(src, bounds, kk, axis):
+    """The pass kernels' contract in numpy, with Resample.c's int32 wrap-around."""
+    out = []
+    for o, (xmin, n) in enumerate(bounds):
+        taps = np.moveaxis(np.take(src.astype(np.int64), np.arange(xmin, xmin + n), axis=axis), axis, 0)
+        acc = (1 << 21) + np.tensordot(kk[o, :n].astype(np.int64), taps, axes=1)
+        acc = ((acc + 2**31) % 2**32 - 2**31) >> 22  # wrap to int32, then shift
+        out.append(np.clip(acc, 0, 255).astype(np.uint8))
+    return np.stack(out, axis=axis)
+
+
+@pytest.mark.parametrize("nc", [1, 2, 3, 4])
+def test_pass_kernels_wrap_like_int32(nc):
+    """Weights large enough that sums overflow int32: the result wraps like Resample.c's
+    ``int ss`` for every channel count, tap count and both passes."""
+    rng = np.random.default_rng(47 + nc)
+    for ih, iw, oh, ow in [(40, 50, 23, 61), (31, 9, 7, 3), (64, 70, 64, 17)]:
+        a = rng.integers(0, 256, (ih, iw, nc), dtype=np.uint8)
+        bh = np.empty((ow, 2), np.int32)
+        bh[:, 1] = rng.integers(1, 14, ow).clip(1, iw)
+        bh[:, 0] = [rng.integers(0, iw - n + 1) for n in bh[:, 1]]
+        kh = np.zeros((ow, 13), np.int32)
+        for x, n in enumerate(bh[:, 1]):
+            kh[x, :n] = rng.integers(-(2**26), 2**26, n)
+        got = np.empty((ih, ow, nc), np.uint8)
+        rp.resample_horizontal(a, got, 0, bh, kh)
+        assert np.array_equal(got, _reference_pass(a, bh, kh, 1))
+        bv = np.empty((oh, 2), np.int32)
+        bv[:, 1] = rng.integers(1, 14, oh).clip(1, ih)
+        bv[:, 0] = [rng.integers(0, ih - n + 1) for n in bv[:, 1]]
+        kv = np.zeros((oh, 13), np.int32)
+        for y, n in enumerate(bv[:, 1]):
+            kv[y, :n] = rng.integers(-(2**26), 2**26, n)
+        got = np.empty((oh, iw, nc), np.uint8)
+        rp.resample_vertical(a, got, bv, kv)
+        assert np.array_equal(got, _reference_pass(a, bv, kv, 0))
