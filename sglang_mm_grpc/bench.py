@@ -13,6 +13,8 @@ Sections (each prints its table; all numbers are medians of repeated runs):
   cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
   memory     peak RSS a request adds vs the size of its output tensors.
 Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
+This process tunes glibc malloc as ``serve`` does (``allocator.py``), so tensors are
+reused rather than faulted in afresh, for the floor and for ours alike.
 """
 
 from __future__ import annotations
@@ -197,6 +199,11 @@ class _Server:
             c.wait_until_serving(timeout)
         return time.perf_counter() - self.t0
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -276,14 +283,15 @@ def transport_ms(nbytes: int, repeat: int) -> float:
 
 
 def bench_server(repeat: int, seconds: float) -> dict:
-    from . import Preprocessor, assemble
+    from . import Preprocessor
+    from .assemble import assemble as build_payload
     from .client import Client
 
     raw = make_image("1280x720")
     pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
     pp.warmup()
     inproc = median_ms(lambda: pp.preprocess([raw]), repeat)
-    payload = assemble.assemble(pp.preprocess([raw]), "vllm", pp.field_layout).ByteSize()
+    payload = build_payload(pp.preprocess([raw]), "vllm", pp.field_layout).ByteSize()
     out: dict = {"image": "1280x720", "inprocess_ms": inproc, "payload_bytes": payload,
                  "transport_ms": transport_ms(payload, repeat)}
     srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0")
@@ -302,37 +310,77 @@ def bench_server(repeat: int, seconds: float) -> dict:
         srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0", "--workers", str(workers), cores=cores)
         try:
             srv.wait_serving()
-            out[f"throughput_{workers}core_rps"] = _throughput(srv.target, raw, clients=8, seconds=seconds)
+            for flow, assemble in (("two_phase", True), ("preprocess", False)):
+                t = out[f"throughput_{flow}_{workers}core"] = _throughput(srv, raw, 8, seconds, assemble)
+                print(f"  8 clients, server on {workers} core(s), {flow.replace('_', '-')}: {t['rps']:.1f} flows/s, "
+                      f"server busy {t['server_cores_busy']:.2f} cores", flush=True)
         finally:
             srv.stop()
-    out["scaling_2_over_1"] = out["throughput_2core_rps"] / out["throughput_1core_rps"]
-    print(f"  8 clients: {out['throughput_1core_rps']:.1f} req/s on 1 core, {out['throughput_2core_rps']:.1f} on 2 "
-          f"= {out['scaling_2_over_1']:.2f}x (the clients run on the same cores)", flush=True)
+    for flow in ("two_phase", "preprocess"):
+        ratio = out[f"scaling_{flow}"] = out[f"throughput_{flow}_2core"]["rps"] / out[f"throughput_{flow}_1core"]["rps"]
+        print(f"  {flow.replace('_', '-')}: 2 cores / 1 core = {ratio:.2f}x", flush=True)
+    print("  (the clients run on the same 2 cores; two-phase moves 22.5 MB per flow through gRPC)", flush=True)
     return out
 
 
-def _throughput(target: str, raw: bytes, clients: int, seconds: float) -> float:
+def _client_process(target: str, raw: bytes, threads: int, seconds: float, assemble: bool, ready, start, results) -> None:
+    """``threads`` closed-loop clients in one process: puts None on ``ready`` once warm,
+    runs ``seconds`` after ``start``, then puts the number of flows done on ``results``."""
+    from .allocator import tune_for_large_tensors
     from .client import Client
 
+    tune_for_large_tensors()
+    counts = [0] * threads
+
+    def flow(c, assemble_bytes) -> None:
+        handle = c.preprocess(SERVER_MODEL, [raw]).handle
+        if assemble:
+            assemble_bytes(handle)
+        else:
+            c.release(handle)
+
+    clients = [Client(target) for _ in range(threads)]
+    calls = [_assemble_bytes(c) for c in clients]
+    for c, assemble_bytes in zip(clients, calls):
+        flow(c, assemble_bytes)  # connect and warm outside the window
+    ready.put(None)
+
+    def worker(i: int, stop: float) -> None:
+        while time.perf_counter() < stop:
+            flow(clients[i], calls[i])
+            counts[i] += 1
+
+    start.wait()
     stop = time.perf_counter() + seconds
-    counts = [0] * clients
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(worker, range(threads), [stop] * threads))
+    for c in clients:
+        c.close()
+    results.put(sum(counts))
 
-    def worker(i: int) -> None:
-        with Client(target) as c:
-            assemble = _assemble_bytes(c)
 
-            def flow():
-                assemble(c.preprocess(SERVER_MODEL, [raw]).handle)
+def _throughput(srv: "_Server", raw: bytes, clients: int, seconds: float, assemble: bool) -> dict:
+    """Closed-loop flows per second from ``clients`` clients in two processes (one Python
+    process cannot drive a server that fast), and how many cores the server kept busy."""
+    import multiprocessing
 
-            flow()  # connect + warm outside the window
-            while time.perf_counter() < stop:
-                flow()
-                counts[i] += 1
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(clients) as ex:
-        list(ex.map(worker, range(clients)))
-    return sum(counts) / (time.perf_counter() - t0)
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, results = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_client_process,
+                         args=(srv.target, raw, clients // 2, seconds, assemble, ready, start, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    server_cpu0, t0 = srv.cpu_s(), time.perf_counter()
+    start.set()
+    flows = sum(results.get(timeout=seconds + 120) for _ in procs)
+    wall = time.perf_counter() - t0
+    server_cores = (srv.cpu_s() - server_cpu0) / wall
+    for p in procs:
+        p.join(30)
+    return {"rps": flows / wall, "server_cores_busy": server_cores}
 
 
 def bench_startup() -> dict:
@@ -465,7 +513,11 @@ def main(argv=None) -> int:
     seconds = 4.0 if args.quick else args.seconds
     models = args.model or MODELS
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+    from .allocator import tune_for_large_tensors
+
+    tuned = tune_for_large_tensors()  # as the server does: this process, the servers it starts
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                 "platform": platform.platform(), "malloc_tuned": tuned}}
     if "inprocess" in args.sections:
         print("in-process, one thread, ms (median); floor = decode + write; /floor = ours / floor; x = HF / ours")
         print(INPROCESS_HEADER)

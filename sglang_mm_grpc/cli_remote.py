@@ -93,6 +93,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--max-redirects", type=int, metavar="N", help="redirects followed per fetch (default 10)")
     f.add_argument("--max-concurrent-fetches", type=positive_int, metavar="N", help="fetches in flight across all requests (default 32)")
     f.add_argument("--max-image-pixels", type=positive_int, metavar="N", help="largest width x height decoded, checked from the header (default 67108864 = 8192x8192)")
+    p.add_argument(
+        "--malloc-defaults", action="store_true",
+        help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
+    )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_serve)
     return p
@@ -126,7 +130,7 @@ def run_serve(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    config = ServerConfig(models=list(args.models), fetch_policy=policy, **_given(
+    config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
         resample=args.resample,
         max_image_pixels=args.max_image_pixels,
         cache_bytes=args.cache_bytes,

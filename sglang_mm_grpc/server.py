@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .admission import default_max_in_flight
+from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
 from .driver import DEFAULT_CACHE_BYTES, Preprocessor, default_threads
@@ -70,6 +71,8 @@ class ServerConfig:
     max_in_flight: int = 0
     # Prometheus text over HTTP on host:metrics_port (0: off).
     metrics_port: int = 0
+    # glibc malloc keeps freed tensors for the next request (see allocator.py).
+    tune_malloc: bool = True
 
 
 class Server:
@@ -238,6 +241,8 @@ async def serve(config: ServerConfig) -> int:
 
 
 def run(config: ServerConfig) -> int:
+    if config.tune_malloc:  # before any worker thread exists
+        tune_for_large_tensors()
     return asyncio.run(serve(config))
 
 

@@ -170,7 +170,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
 
         deadline.check("building the response")
-        resp = _response(request, out)
+        resp = await self._in_pool(_response, request, out, ticket=ticket)  # keeps the event loop free
         resp.timings.fetch_ms = fetch_ms
         resp.timings.layout_ms = rec.stages_ms["layout"]
         keep = backend is None or request.keep_handle
