@@ -131,9 +131,9 @@ class Preprocessor:
     def warmup(self) -> None:
         """Compile every kernel this model's requests can reach, so none pays for it.
 
-        The family warms its kernels; then whole requests run through decode, whose
-        read-only arrays numba compiles separately, at sizes that take the resize paths
-        (both passes, one axis, none, several images in one batch).
+        The family warms its kernels; then whole requests run through decode (so the
+        arrays have exactly the types requests bring) at sizes that take the resize
+        paths (both passes, one axis, none, several images in one batch).
         """
         self.family.warmup()
         sizes = [(37, 53), (300, 40), (40, 300)]

@@ -307,10 +307,8 @@ class Llama4(Family):
         window.warmup()
         rng = np.random.default_rng(0)
         tile = self.config.tile
-        # one tile and several; down- and upscaled; already at the target size; read-only
-        # like decoded images (numba compiles read-only arrays separately)
+        # one tile and several; down- and upscaled; already at the target size
         for size in ((37, 53), (300, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (1, 700)):
             rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            rgb.flags.writeable = False
             plan = self.plan(*size, item=0)
             self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, np.empty(plan.feature_shape, np.float32))

@@ -132,11 +132,9 @@ class Llava(Family):
         resize_region.warmup()
         window.warmup()
         rng = np.random.default_rng(0)
-        # Both pass orders, no resize, thin; read-only like decoded images (numba
-        # compiles read-only arrays separately).
+        # Both pass orders, no resize, thin.
         for size in ((37, 53), (500, 40), (40, 500), (2000, 900), (900, 2000), (336, 336), (336, 500)):
             rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            rgb.flags.writeable = False
             img = DecodedImage(rgb, "RGB", "PNG")
             plan = self.plan(*size, item=0)
             self.process_item(img, plan, np.empty(plan.feature_shape, np.float32))

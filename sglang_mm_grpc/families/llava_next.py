@@ -174,12 +174,10 @@ class LlavaNext(Family):
         resample_pil.warmup()
         window.warmup()
         rng = np.random.default_rng(0)
-        # Both pass orders, one-axis resizes, images already of a target size; read-only
-        # like decoded images (numba compiles read-only arrays separately).
+        # Both pass orders, one-axis resizes, images already of a target size.
         tile = self.config.tile
         for size in ((37, 53), (500, 40), (40, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (tile, 500)):
             rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            rgb.flags.writeable = False
             img = DecodedImage(rgb, "RGB", "PNG")
             plan = self.plan(*size, item=0)
             self.process_item(img, plan, np.zeros(plan.feature_shape, np.float32))

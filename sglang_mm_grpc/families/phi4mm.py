@@ -266,5 +266,4 @@ class Phi4Multimodal(Family):
             batch = np.zeros(shape, np.float32)
             for hw, plan, slot in zip(sizes, plans, slots):
                 rgb = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
-                rgb.flags.writeable = False
                 self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])

@@ -147,5 +147,6 @@ def _rgb_array(im: Image.Image) -> np.ndarray:
         encoder.cleanup()
     if errcode < 0 or pos != flat.size:
         raise RuntimeError(f"raw encoder error {errcode} after {pos} of {flat.size} bytes")
-    out.flags.writeable = False  # like np.asarray(im): decoded pixels are never modified
+    # Writeable, unlike np.asarray(im): numba compiles every kernel once more for
+    # read-only arrays, and that second set was half of a cold start.
     return out
