@@ -11,8 +11,7 @@ payloads forwarded to the stubs). Prints throughput, p50/p99 latency, error coun
 the store and cache peaks against their bounds, evictions, and the server's RSS curve;
 then sends a burst past the in-flight limit and checks the server is healthy and fast
 again after it.
-Exits 1 when any service error happened, a bound was exceeded, or RSS kept growing
-(``--server-env MALLOC_ARENA_MAX=2`` shows how much of RSS is allocator slack).
+Exits 1 when any service error happened, a bound was exceeded, or RSS kept growing.
 Only 127.0.0.1 is contacted; every process it starts is stopped at the end.
 """
 
@@ -68,8 +67,8 @@ def main() -> int:
     ap.add_argument(
         "--max-rss-growth", type=float, default=0.15, metavar="FRACTION",
         help="allowed RSS growth from 25-50%% of the run to the last quarter, as a fraction of the "
-        "former (at least 64 MiB): large arrays churning through glibc's per-thread arenas move "
-        "RSS by about this much without any trend",
+        "former (at least 64 MiB): large arrays churning through malloc move RSS by about this "
+        "much without any trend",
     )
     ap.add_argument("--server-env", action="append", default=[], metavar="K=V", help="environment for the server only")
     ap.add_argument(
