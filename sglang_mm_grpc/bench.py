@@ -7,11 +7,13 @@ Sections (each prints its table; all numbers are medians of repeated runs):
              tensor), ours, ours after decode, HF's PIL and torchvision processors
              (when installed); ratios ours/floor and HF/ours. One thread.
   server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
-             what gRPC alone takes to move a payload of that size; throughput with 8
-             concurrent clients on 1 core vs 2 cores.
+             what gRPC alone takes to move a payload of that size; throughput of
+             two-phase and Preprocess-only flows from 8 concurrent clients (in two
+             processes) with the server on 1 core vs 2 cores.
   startup    time to SERVING with a warm and a cold numba cache; 1st vs 10th request.
   cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
-  memory     peak RSS a request adds vs the size of its output tensors.
+  memory     peak RSS a request adds vs the size of its output tensors (in a fresh
+             process with default malloc, so it sees the request's own pages).
 Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
 This process tunes glibc malloc as ``serve`` does (``allocator.py``), so tensors are
 reused rather than faulted in afresh, for the floor and for ours alike.
