@@ -9,6 +9,8 @@ calls another module's kernel caches that callee's machine code too: after an ed
 So the cache lives in a directory named after a digest of every kernel source, and any
 edit here starts a fresh one (under ``$NUMBA_CACHE_DIR`` when that is set, else beside
 these files, or in the user's cache directory when this directory is read-only).
+numba has one cache directory per process, so other cached numba code in a process that
+imports these kernels is cached there too.
 """
 
 from __future__ import annotations
