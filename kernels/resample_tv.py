@@ -145,18 +145,6 @@ def _cached(in_size: int, out_size: int, kind: int):
     return bounds, kk, p, kk << (_PIL_BITS - p)
 
 
-@functools.lru_cache(maxsize=64)
-def _vertical_after_horizontal(in_size: int, out_size: int, kind: int):
-    """The vertical axis for the two-pass path: the first and past-the-last source rows it
-    reads, and its bounds relative to the first."""
-    bounds, _, _, kk22 = _cached(in_size, out_size, kind)
-    first = int(bounds[0, 0])
-    last = int((bounds[:, 0] + bounds[:, 1]).max())
-    shifted = bounds.copy()
-    shifted[:, 0] -= first
-    return first, last, shifted, kk22
-
-
 def _check(in_size: int, out_size: int, mode: str) -> int:
     if mode not in _KIND:
         raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
@@ -178,6 +166,36 @@ def coeffs(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarr
     on them (fresh arrays)."""
     bounds, _, _, kk22 = _cached(int(in_size), int(out_size), _check(int(in_size), int(out_size), mode))
     return bounds.copy(), kk22.copy()
+
+
+@numba.njit(nogil=True, cache=True)
+def _resize_nb(img, out_h, out_w, bh, kh, bv, kv):
+    """Horizontal pass first (only over the rows the vertical pass reads), then vertical."""
+    in_h, in_w, nc = img.shape
+    need_h = out_w != in_w
+    need_v = out_h != in_h
+    if not need_h and not need_v:
+        return img.copy()
+    out = np.empty((out_h, out_w, nc), np.uint8)
+    if not need_v:
+        resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
+    elif not need_h:
+        resample_pil.resample_vertical(img, out, bv, kv)
+    else:
+        first = bv[0, 0]
+        last = first
+        for y in range(out_h):
+            last = max(last, bv[y, 0] + bv[y, 1])
+        tmp = np.empty((last - first, out_w, nc), np.uint8)
+        resample_pil.resample_horizontal(img, tmp, np.int64(first), bh, kh)
+        shifted = bv.copy()
+        for y in range(out_h):
+            shifted[y, 0] -= first
+        resample_pil.resample_vertical(tmp, out, shifted, kv)
+    return out
+
+
+_NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
 
 
 def _as_hwc(img: np.ndarray, what: str) -> tuple[np.ndarray, bool]:
@@ -209,24 +227,9 @@ def resize_aa_u8(img: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic")
     out_h, out_w = _out_size(out_h, out_w)
     in_h, in_w = img.shape[:2]
     kind = _check(in_w, out_w, mode)
-    # Plain Python around resample_pil's own dispatchers: numba's on-disk cache of a
-    # function here would not notice edits to those kernels and keep running stale ones.
-    out = np.empty((out_h, out_w, img.shape[2]), np.uint8)
-    if (in_h, in_w) == (out_h, out_w):
-        out[...] = img
-    elif in_h == out_h:
-        bh, _, _, kh = _cached(in_w, out_w, kind)
-        resample_pil.resample_horizontal(img, out, 0, bh, kh)
-    elif in_w == out_w:
-        bv, _, _, kv = _cached(in_h, out_h, kind)
-        resample_pil.resample_vertical(img, out, bv, kv)
-    else:
-        # Horizontal first, over only the source rows the vertical pass reads.
-        bh, _, _, kh = _cached(in_w, out_w, kind)
-        first, last, bv, kv = _vertical_after_horizontal(in_h, out_h, kind)
-        tmp = np.empty((last - first, out_w, img.shape[2]), np.uint8)
-        resample_pil.resample_horizontal(img, tmp, first, bh, kh)
-        resample_pil.resample_vertical(tmp, out, bv, kv)
+    bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
+    bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
+    out = _resize_nb(img, out_h, out_w, bh, kh, bv, kv)
     return out[:, :, 0] if squeeze else out
 
 

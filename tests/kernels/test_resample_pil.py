@@ -361,6 +361,18 @@ def _reference_pass(src, bounds, kk, axis):
     return np.stack(out, axis=axis)
 
 
+def _wrapping_taps(rng, in_size: int, out_size: int):
+    """Random bounds of 1..13 taps inside the axis, with weights so large that sums
+    overflow int32."""
+    bounds = np.empty((out_size, 2), np.int32)
+    bounds[:, 1] = rng.integers(1, 14, out_size).clip(1, in_size)
+    bounds[:, 0] = [rng.integers(0, in_size - n + 1) for n in bounds[:, 1]]
+    kk = np.zeros((out_size, 13), np.int32)
+    for i, n in enumerate(bounds[:, 1]):
+        kk[i, :n] = rng.integers(-(2**26), 2**26, n)
+    return bounds, kk
+
+
 @pytest.mark.parametrize("nc", [1, 2, 3, 4])
 def test_pass_kernels_wrap_like_int32(nc):
     """Weights large enough that sums overflow int32: the result wraps like Resample.c's
@@ -368,21 +380,11 @@ def test_pass_kernels_wrap_like_int32(nc):
     rng = np.random.default_rng(47 + nc)
     for ih, iw, oh, ow in [(40, 50, 23, 61), (31, 9, 7, 3), (64, 70, 64, 17)]:
         a = rng.integers(0, 256, (ih, iw, nc), dtype=np.uint8)
-        bh = np.empty((ow, 2), np.int32)
-        bh[:, 1] = rng.integers(1, 14, ow).clip(1, iw)
-        bh[:, 0] = [rng.integers(0, iw - n + 1) for n in bh[:, 1]]
-        kh = np.zeros((ow, 13), np.int32)
-        for x, n in enumerate(bh[:, 1]):
-            kh[x, :n] = rng.integers(-(2**26), 2**26, n)
+        bh, kh = _wrapping_taps(rng, iw, ow)
         got = np.empty((ih, ow, nc), np.uint8)
         rp.resample_horizontal(a, got, 0, bh, kh)
         assert np.array_equal(got, _reference_pass(a, bh, kh, 1))
-        bv = np.empty((oh, 2), np.int32)
-        bv[:, 1] = rng.integers(1, 14, oh).clip(1, ih)
-        bv[:, 0] = [rng.integers(0, ih - n + 1) for n in bv[:, 1]]
-        kv = np.zeros((oh, 13), np.int32)
-        for y, n in enumerate(bv[:, 1]):
-            kv[y, :n] = rng.integers(-(2**26), 2**26, n)
+        bv, kv = _wrapping_taps(rng, ih, oh)
         got = np.empty((oh, iw, nc), np.uint8)
         rp.resample_vertical(a, got, bv, kv)
         assert np.array_equal(got, _reference_pass(a, bv, kv, 0))

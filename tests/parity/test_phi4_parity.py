@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import imagegen
-from reference import reference_input
+from reference import assert_image_runs, reference_input
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import phi4mm
@@ -79,12 +79,7 @@ def assert_full(pp, processor, raws):
     ref["num_img_tokens"] = processor.image_processor(images)["num_img_tokens"]
     ours = pp.preprocess(raws, input_ids=ids)
     assert_same(ours, ref)
-    expected = ref["input_ids"][0]
-    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected)
-    image = pp.family.image_token_id
-    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected == image, [0]))))
-    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
-    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]
+    assert_image_runs(ours, ref["input_ids"][0], pp.family.image_token_id)
     return ours
 
 
