@@ -3,11 +3,11 @@
 The resize produces a small uint8 image (an eighth of the output's bytes for Qwen).
 Per band of ``merge`` grid rows, each image row is normalized once by
 ``normalize.normalize_row`` (vectorized arithmetic proven equal to the table, or the
-table itself) and its patch-wide runs are moved into a patch-major buffer; the output
-rows, which for a band are one contiguous stretch, are then written in memory order
-as long copies of (c, py, px) blocks, the temporal copies from the same block. Every
-output element is written once and the stores stream. Bit-equal to the unfused chain
-(Pillow resize, HF rescale + normalize, HF patchify reshape/transpose).
+table itself) into planar rows that stay in cache; the output rows, which for a band
+are one contiguous stretch, are then written in memory order from patch-wide runs of
+those rows, the temporal copies from the same run. Every output element is written
+once and the stores stream. Bit-equal to the unfused chain (Pillow resize, HF rescale
++ normalize, HF patchify reshape/transpose).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from . import resample_pil
+from .pixels import pack_rgb
 from .normalize import arithmetic, copy_run, normalize_row
 
 
@@ -32,28 +33,24 @@ def _specialized(patch: int, merge: int, temporal: int):
     def kernel(img, coef, lut, out):
         w = img.shape[1]
         gw = w // patch
-        line = np.empty((3, w), np.float32)
-        blocks = np.empty((merge, gw, 3, pp), np.float32)  # [mh, gx, c, py*patch + px]
+        rows = np.empty((merge, 3, patch, w), np.float32)  # one band, planar, normalized
         r = 0
         for bi in range(img.shape[0] // band):
             for mh in range(merge):
                 for py in range(patch):
                     src = img[(bi * merge + mh) * patch + py].reshape(-1)
-                    normalize_row(src, w, coef, lut, line[0], line[1], line[2])
-                    for gx in range(gw):
-                        for c in range(3):
-                            copy_run(blocks[mh, gx, c], py * patch, line[c], gx * patch, patch)
+                    normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py])
             for bj in range(gw // merge):
                 for mh in range(merge):
                     for mw in range(merge):
                         orow = out[r]
                         r += 1
-                        block = blocks[mh, bj * merge + mw]
+                        x0 = (bj * merge + mw) * patch
                         for c in range(3):
                             for t in range(temporal):
                                 o = (c * temporal + t) * pp
-                                for i in range(pp):
-                                    orow[o + i] = block[c, i]
+                                for py in range(patch):
+                                    copy_run(orow, o + py * patch, rows[mh, c, py], x0, patch)
 
     return kernel
 
@@ -79,13 +76,14 @@ def resize_normalize_patchify(
     temporal: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """uint8 [H, W, 3] -> float32 [gh*gw, 3*temporal*patch*patch] in HF Qwen2-VL order.
+    """uint8 [H, W, 3] (or RGBX [H, W, 4], see ``resample_pil.resize_rgb``) -> float32
+    [gh*gw, 3*temporal*patch*patch] in HF Qwen2-VL order.
 
     ``out_h``/``out_w`` must be multiples of ``patch*merge``. ``out`` may be a slot of a
     larger preallocated batch tensor so the rows land in place.
     """
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
-        raise ValueError("expected an RGB uint8 [H, W, 3] array")
+    if rgb.ndim != 3 or rgb.shape[2] not in (3, 4) or rgb.dtype != np.uint8:
+        raise ValueError("expected an RGB uint8 [H, W, 3] or RGBX [H, W, 4] array")
     if out_h % (patch * merge) or out_w % (patch * merge) or out_h <= 0 or out_w <= 0:
         raise ValueError("target size must be a positive multiple of patch*merge")
     rows = (out_h // patch) * (out_w // patch)
@@ -94,8 +92,11 @@ def resize_normalize_patchify(
         out = np.empty((rows, cols), dtype=np.float32)
     elif out.shape != (rows, cols) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {(rows, cols)}, got {out.dtype} {out.shape}")
-    img = np.ascontiguousarray(rgb)
-    if img.shape[:2] != (out_h, out_w):
-        img = resample_pil.resize(img, out_h, out_w, resample)
+    if rgb.shape[:2] != (out_h, out_w):
+        img = resample_pil.resize_rgb(rgb, out_h, out_w, resample)
+    elif rgb.shape[2] == 4:
+        img = pack_rgb(rgb)
+    else:
+        img = np.ascontiguousarray(rgb)
     lut_patchify(img, np.ascontiguousarray(lut, dtype=np.float32), out, patch, merge, temporal)
     return out

@@ -274,17 +274,18 @@ def _convolve(src, pitch, lanes, bounds, kk, shift, acc, out, out_pitch, count):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, slot, rb):
-    """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows.
+def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
+    """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows: ``nc``
+    channels out of source pixels ``sp`` bytes apart (4 for Pillow's own RGB layout).
 
     A per-pixel dot product over taps does not vectorise. Transposing a block of rows into
     ``t[x, r * slot + c]`` makes every tap a contiguous run of ``rb * slot`` samples that
     share one coefficient: the vertical pass's problem. RGB gets 4-byte slots so a pixel
     moves in and out as one 4-byte copy (the fourth lane is the next pixel's first byte:
-    computed, never stored). ``nc``/``slot``/``rb`` are constants at each call site.
+    computed, never stored). ``nc``/``sp``/``slot``/``rb`` are constants at each call site.
     """
     out_w = bounds.shape[0]
-    in_row = in_w * nc
+    in_row = in_w * sp
     out_row = out_w * nc
     out_h = dflat.size // out_row if out_row else 0
     if out_h == 0:
@@ -296,7 +297,7 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, slot, rb):
         xlo = min(xlo, bounds[x, 0])
         xhi = max(xhi, bounds[x, 0] + bounds[x, 1])
     # A slot wider than a pixel reads one byte past the pixel: not for the row's last one.
-    xwide = min(xhi, in_w - 1) if slot > nc else xhi
+    xwide = min(xhi, in_w - 1) if slot > sp else xhi
     # Lanes of rows past the image end are left uninitialised: they hold some uint8, their
     # sums are computed and discarded.
     t = np.empty(max(xhi - xlo, 1) * lanes, np.uint8)
@@ -313,14 +314,14 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, slot, rb):
                 to = r * slot - xlo * lanes
                 if slot == 4:
                     for x in range(xt, xw):
-                        _copy4(t, to + x * lanes, sflat, so + x * nc)
+                        _copy4(t, to + x * lanes, sflat, so + x * sp)
                 else:
                     for x in range(xt, xw):
                         for c in range(slot):
-                            t[to + x * lanes + c] = sflat[so + x * nc + c]
+                            t[to + x * lanes + c] = sflat[so + x * sp + c]
                 for x in range(max(xt, xw), xe):
                     for c in range(nc):
-                        t[to + x * lanes + c] = sflat[so + x * nc + c]
+                        t[to + x * lanes + c] = sflat[so + x * sp + c]
         _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, out_w)
         for xt in range(0, out_w, 64):
             xe = min(xt + 64, out_w)
@@ -343,7 +344,8 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, slot, rb):
 @numba.njit(nogil=True, cache=True)
 def resample_horizontal(src, dst, row0, bounds, kk):
     """dst[y, x, c] = clip8(sum_i src[y + row0, bounds[x,0] + i, c] * kk[x, i]) for y in
-    range(dst.shape[0])."""
+    range(dst.shape[0]). A 4-channel ``src`` with a 3-channel ``dst`` is RGBX: its fourth
+    byte is padding, never read into the result."""
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
@@ -355,14 +357,17 @@ def resample_horizontal(src, dst, row0, bounds, kk):
     sflat = s.reshape(s.size)
     dflat = d.reshape(d.size)
     # 64 int32 lanes per block.
-    if nc == 3:
-        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 16)
+    sp = src.shape[2]
+    if nc == 3 and sp == 4:
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
+    elif nc == 3:
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 3, 4, 16)
     elif nc == 1:
-        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 1, 1, 64)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 1, 1, 1, 64)
     elif nc == 4:
-        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 16)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 4, 16)
     else:
-        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 2, 2, 32)
+        _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 2, 2, 2, 32)
     if d.ctypes.data != dst.ctypes.data:
         dst[...] = d
 
@@ -387,17 +392,23 @@ def resample_vertical(src, dst, bounds, kk):
 
 
 @numba.njit(nogil=True, cache=True)
-def _resample_nb(img, out_h, out_w, bh, kh, bv, kv):
-    """ImagingResampleInner for the box (0, 0, in_w, in_h); the coefficients of an axis
-    that keeps its size are not read."""
-    in_h, in_w, nc = img.shape
+def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
+    """ImagingResampleInner for the box (0, 0, in_w, in_h) into ``nc`` channels (fewer
+    than ``img`` has only for RGBX); the coefficients of an axis that keeps its size are
+    not read."""
+    in_h, in_w, sp = img.shape
     need_h = out_w != in_w
     need_v = out_h != in_h
     if not need_h and not need_v:
-        return img.copy()
+        return img[:, :, :nc].copy()
     out = np.empty((out_h, out_w, nc), np.uint8)
     if not need_h:
-        resample_vertical(img, out, bv, kv)
+        if sp == nc:
+            resample_vertical(img, out, bv, kv)
+        else:
+            tmp = np.empty((out_h, out_w, sp), np.uint8)
+            resample_vertical(img, tmp, bv, kv)
+            out[...] = tmp[:, :, :nc]
     elif not need_v:
         resample_horizontal(img, out, np.int64(0), bh, kh)
     elif not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2):
@@ -411,7 +422,7 @@ def _resample_nb(img, out_h, out_w, bh, kh, bv, kv):
             shifted[y, 0] -= first
         resample_vertical(tmp, out, shifted, kv)
     else:
-        tmp = np.empty((out_h, in_w, nc), np.uint8)
+        tmp = np.empty((out_h, in_w, sp), np.uint8)
         resample_vertical(img, tmp, bv, kv)
         resample_horizontal(tmp, out, np.int64(0), bh, kh)
     return out
@@ -481,11 +492,11 @@ def _unpremultiply(img):
 _NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
 
 
-def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
+def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int, nc: int) -> np.ndarray:
     in_h, in_w = img.shape[:2]
     bh, kh = _cached_coeffs(in_w, out_w, filter) if out_w != in_w else _NO_COEFFS
     bv, kv = _cached_coeffs(in_h, out_h, filter) if out_h != in_h else _NO_COEFFS
-    return _resample_nb(img, out_h, out_w, bh, kh, bv, kv)
+    return _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc)
 
 
 def resize(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
@@ -518,10 +529,25 @@ def resize(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
     elif filter == NEAREST:
         out = _nearest_nb(img, out_h, out_w)
     elif nc in (2, 4):
-        out = _unpremultiply(_resample(_premultiply(img), out_h, out_w, filter))
+        out = _unpremultiply(_resample(_premultiply(img), out_h, out_w, filter, nc))
     else:
-        out = _resample(img, out_h, out_w, filter)
+        out = _resample(img, out_h, out_w, filter, nc)
     return out[:, :, 0] if squeeze else out
+
+
+def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
+    """``resize`` of an RGB image held as uint8 [H, W, 3], or as [H, W, 4] RGBX (Pillow's
+    own layout, read without copying; the fourth byte is padding) -> [out_h, out_w, 3]."""
+    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
+        raise ValueError(f"resize_rgb expects uint8 [H, W, 3] or RGBX [H, W, 4], got {pixels.dtype} {pixels.shape}")
+    if pixels.shape[2] == 3 or filter == NEAREST or not pixels.flags.c_contiguous:
+        return resize(np.ascontiguousarray(pixels[:, :, :3]), out_h, out_w, filter)
+    if filter not in (LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
+        raise ValueError(f"unknown resampling filter {filter!r}")
+    out_h, out_w = int(out_h), int(out_w)
+    if out_h < 1 or out_w < 1:
+        raise ValueError("height and width must be > 0")
+    return _resample(pixels, out_h, out_w, int(filter), 3)
 
 
 def warmup() -> None:

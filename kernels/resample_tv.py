@@ -169,18 +169,24 @@ def coeffs(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarr
 
 
 @numba.njit(nogil=True, cache=True)
-def _resize_nb(img, out_h, out_w, bh, kh, bv, kv):
-    """Horizontal pass first (only over the rows the vertical pass reads), then vertical."""
-    in_h, in_w, nc = img.shape
+def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
+    """Horizontal pass first (only over the rows the vertical pass reads), then vertical,
+    into ``nc`` channels (fewer than ``img`` has only for RGBX)."""
+    in_h, in_w, sp = img.shape
     need_h = out_w != in_w
     need_v = out_h != in_h
     if not need_h and not need_v:
-        return img.copy()
+        return img[:, :, :nc].copy()
     out = np.empty((out_h, out_w, nc), np.uint8)
     if not need_v:
         resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
     elif not need_h:
-        resample_pil.resample_vertical(img, out, bv, kv)
+        if sp == nc:
+            resample_pil.resample_vertical(img, out, bv, kv)
+        else:
+            tmp = np.empty((out_h, out_w, sp), np.uint8)
+            resample_pil.resample_vertical(img, tmp, bv, kv)
+            out[...] = tmp[:, :, :nc]
     else:
         first = bv[0, 0]
         last = first
@@ -224,13 +230,30 @@ def resize_aa_u8(img: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic")
     CPU (``mode``: "bilinear", "bicubic" or "lanczos"). A 2-D array is one channel and
     gives a 2-D result. Same size in and out returns a copy."""
     img, squeeze = _as_hwc(img, "resize_aa_u8")
+    out = _resize_aa(img, out_h, out_w, mode, img.shape[2])
+    return out[:, :, 0] if squeeze else out
+
+
+def resize_aa_rgb(pixels: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic") -> np.ndarray:
+    """``resize_aa_u8`` of an RGB image held as uint8 [H, W, 3], or as [H, W, 4] RGBX
+    (Pillow's own layout, read without copying; the fourth byte is padding) ->
+    [out_h, out_w, 3]."""
+    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
+        raise ValueError(f"resize_aa_rgb expects uint8 [H, W, 3] or RGBX [H, W, 4], got {pixels.dtype} {pixels.shape}")
+    if not pixels.flags.c_contiguous:
+        pixels = np.ascontiguousarray(pixels[:, :, :3])
+    if pixels.shape[0] < 1 or pixels.shape[1] < 1:
+        raise ValueError("input image is empty")
+    return _resize_aa(pixels, out_h, out_w, mode, 3)
+
+
+def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> np.ndarray:
     out_h, out_w = _out_size(out_h, out_w)
     in_h, in_w = img.shape[:2]
     kind = _check(in_w, out_w, mode)
     bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
     bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
-    out = _resize_nb(img, out_h, out_w, bh, kh, bv, kv)
-    return out[:, :, 0] if squeeze else out
+    return _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc)
 
 
 # -- nearest-exact (uint8) ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Plain data carried between the driver's steps and out to callers.
 
-Nothing here computes; every value is produced by the driver, a family or the layout.
+Nothing here computes (but for packing RGBX pixels on demand); every value is produced
+by the driver, a family or the layout.
 """
 
 from __future__ import annotations
@@ -9,22 +10,37 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .kernels.pixels import pack_rgb
+
 
 @dataclass(frozen=True)
 class DecodedImage:
-    """An image as the HF processor sees it: RGB uint8 HWC after EXIF orientation."""
+    """An image as the HF processor sees it: RGB uint8 after EXIF orientation.
 
-    rgb: np.ndarray  # uint8 [H, W, 3], C-contiguous
+    ``pixels`` is [H, W, 3], or [H, W, 4] RGBX: Pillow's own buffer read in place, the
+    fourth byte padding. Kernels that take RGBX read ``pixels``; ``rgb`` is always the
+    packed [H, W, 3] C-contiguous array.
+    """
+
+    pixels: np.ndarray  # uint8 [H, W, 3] or RGBX [H, W, 4]
     source_mode: str  # Pillow mode before conversion (e.g. "RGB", "P", "CMYK")
     format: str  # Pillow format name (e.g. "JPEG")
 
     @property
+    def rgb(self) -> np.ndarray:
+        """Packed RGB. From RGBX it is copied once and replaces ``pixels``, so the
+        padded buffer is released rather than held next to its copy."""
+        if self.pixels.shape[2] == 4:
+            object.__setattr__(self, "pixels", pack_rgb(self.pixels))
+        return self.pixels
+
+    @property
     def height(self) -> int:
-        return int(self.rgb.shape[0])
+        return int(self.pixels.shape[0])
 
     @property
     def width(self) -> int:
-        return int(self.rgb.shape[1])
+        return int(self.pixels.shape[1])
 
 
 @dataclass(frozen=True)

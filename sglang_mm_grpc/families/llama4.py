@@ -264,23 +264,23 @@ class Llama4(Family):
         tiles = rows * cols + (rows * cols > 1)
         return ItemPlan(size, (tiles, 3, c.tile, c.tile), (rows, cols))
 
-    def _resize(self, rgb: np.ndarray, height: int, width: int) -> np.ndarray:
+    def _resize(self, image: DecodedImage, height: int, width: int) -> np.ndarray:
         """torchvision's resize; an image already of that size is returned as is."""
-        if rgb.shape[:2] == (height, width):
-            return rgb
+        if (image.height, image.width) == (height, width):
+            return image.rgb
         if self._mode == "nearest-exact":
-            return resample_tv.resize_nearest_exact_u8(rgb, height, width)
-        return resample_tv.resize_aa_u8(rgb, height, width, self._mode)
+            return resample_tv.resize_nearest_exact_u8(image.rgb, height, width)
+        return resample_tv.resize_aa_rgb(image.pixels, height, width, self._mode)
 
     def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
         tile = self.config.tile
         rows, cols = plan.geometry
         n = rows * cols
-        resized = self._resize(image.rgb, *plan.resized_size)
+        resized = self._resize(image, *plan.resized_size)
         # the canvas is the resized image padded right/bottom with 0: read, never built
         window.tiles_chw(resized, 0, 0, rows, cols, self._lut, out[:n], fill=0)
         if n > 1:
-            chw.normalize_chw(self._resize(image.rgb, tile, tile), self._lut, out[n])
+            chw.normalize_chw(self._resize(image, tile, tile), self._lut, out[n])
         aux = {
             "aspect_ratios": np.array([[rows, cols]], dtype=np.int64),
             "patches_per_image": np.array([out.shape[0]], dtype=np.int64),

@@ -119,9 +119,11 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return model_type is None and kind.startswith("LlavaNextImageProcessor")
 
 
-def _resize(img: np.ndarray, height: int, width: int, resample: int) -> np.ndarray:
+def _resize(image: DecodedImage, height: int, width: int, resample: int) -> np.ndarray:
     """Pillow's resize; an image already of that size is used as is (Pillow copies it)."""
-    return img if img.shape[:2] == (height, width) else resample_pil.resize(img, height, width, resample)
+    if (image.height, image.width) == (height, width):
+        return image.rgb
+    return resample_pil.resize_rgb(image.pixels, height, width, resample)
 
 
 class LlavaNext(Family):
@@ -157,8 +159,8 @@ class LlavaNext(Family):
         f = c.image.resample
         _, best_h, best_w = plan.geometry
         nh, nw = plan.resized_size
-        chw.normalize_chw(_resize(image.rgb, tile, tile, f), self._lut, out[0])
-        resized = _resize(image.rgb, nh, nw, f)
+        chw.normalize_chw(_resize(image, tile, tile, f), self._lut, out[0])
+        resized = _resize(image, nh, nw, f)
         window.tiles_chw(resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile,
                          self._lut, out[1:], fill=0)
         sizes = np.array([[image.height, image.width]], dtype=np.int64)

@@ -33,9 +33,9 @@ BACKENDS = ("pil", "torchvision")
 #: pil_torch_interpolation_mapping); BOX and HAMMING fail there on tensors.
 _TV_RESIZE = {
     resample_pil.NEAREST: lambda img, h, w: resample_tv.resize_nearest_exact_u8(img, h, w),
-    resample_pil.LANCZOS: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "lanczos"),
-    resample_pil.BILINEAR: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "bilinear"),
-    resample_pil.BICUBIC: lambda img, h, w: resample_tv.resize_aa_u8(img, h, w, "bicubic"),
+    resample_pil.LANCZOS: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "lanczos"),
+    resample_pil.BILINEAR: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "bilinear"),
+    resample_pil.BICUBIC: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "bicubic"),
 }
 
 
@@ -160,12 +160,16 @@ class QwenVL(Family):
         c = self.config
         h, w = plan.resized_size
         if self.torchvision:
-            img = image.rgb if image.rgb.shape[:2] == (h, w) else _TV_RESIZE[c.resample](image.rgb, h, w)
-            patchify.lut_patchify(np.ascontiguousarray(img), self._lut, out, c.patch_size, c.merge_size,
-                                  c.temporal_patch_size)
+            if (image.height, image.width) == (h, w):
+                img = image.rgb
+            elif c.resample == resample_pil.NEAREST:
+                img = _TV_RESIZE[c.resample](image.rgb, h, w)
+            else:
+                img = _TV_RESIZE[c.resample](image.pixels, h, w)
+            patchify.lut_patchify(img, self._lut, out, c.patch_size, c.merge_size, c.temporal_patch_size)
         else:
             patchify.resize_normalize_patchify(
-                image.rgb, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
+                image.pixels, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
             )
         t, gh, gw = plan.geometry
         aux = {

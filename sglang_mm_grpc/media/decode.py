@@ -18,6 +18,7 @@ from PIL import Image, ImageOps
 
 from ..carriers import DecodedImage
 from ..errors import Code, PreprocessError, invalid
+from .pillow_buffer import rgbx_view
 
 #: Formats decoded by default. MPO is what many phone cameras write (JPEG + previews).
 DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
@@ -87,12 +88,12 @@ def decode_image(
         im.load()
         if im.getexif().get(_ORIENTATION, 1) in range(2, 9):
             im = ImageOps.exif_transpose(im)
-        rgb = _to_rgb(im)
+        pixels = _rgb_pixels(im)
     except PreprocessError:
         raise
     except Exception as e:
         raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
-    return DecodedImage(rgb, source_mode, fmt)
+    return DecodedImage(pixels, source_mode, fmt)
 
 
 def _pillow_bomb_limit_at_least(max_pixels: int) -> None:
@@ -111,15 +112,17 @@ def _reason(e: Exception) -> str:
     return text or type(e).__name__
 
 
-def _to_rgb(im: Image.Image) -> np.ndarray:
-    """transformers' ``convert_to_rgb`` for PIL images: alpha composited onto white."""
+def _rgb_pixels(im: Image.Image) -> np.ndarray:
+    """transformers' ``convert_to_rgb`` for PIL images (alpha composited onto white), as
+    Pillow's RGBX buffer in place, or packed RGB where Pillow cannot export it."""
     if "A" in im.getbands() or im.info.get("transparency") is not None:
         rgba = im.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         im = Image.alpha_composite(background, rgba).convert("RGB")
     elif im.mode != "RGB":
         im = im.convert("RGB")
-    return _rgb_array(im)
+    view = rgbx_view(im)
+    return view if view is not None else _rgb_array(im)
 
 
 _CHUNK = 1 << 20

@@ -388,3 +388,34 @@ def test_pass_kernels_wrap_like_int32(nc):
         got = np.empty((oh, iw, nc), np.uint8)
         rp.resample_vertical(a, got, bv, kv)
         assert np.array_equal(got, _reference_pass(a, bv, kv, 0))
+
+
+def _rgbx(rgb: np.ndarray, pad: int) -> np.ndarray:
+    """Pillow's own RGB layout: a fourth, ignored byte per pixel."""
+    out = np.full((*rgb.shape[:2], 4), pad, np.uint8)
+    out[:, :, :3] = rgb
+    return out
+
+
+@pytest.mark.parametrize("f", FILTERS, ids=NAMES.get)
+def test_resize_rgb_reads_rgbx_like_pillow_resizes_rgb(f):
+    """Every pass order and axis case (both, width only, height only, neither), with
+    padding bytes of 0 and 255 that must never leak into the result."""
+    rng = np.random.default_rng(11 + f)
+    cases = [(37, 53, 20, 31), (300, 40, 30, 38), (40, 300, 38, 30), (37, 53, 37, 20), (37, 53, 20, 53),
+             (37, 53, 37, 53), (1, 9, 3, 2), (9, 1, 2, 3), (64, 64, 200, 150)]
+    for ih, iw, oh, ow in cases:
+        for kind in KINDS:
+            rgb = make_image(rng, ih, iw, 3, kind)
+            want = pil_resize(rgb, oh, ow, f)
+            for pad in (0, 255):
+                got = rp.resize_rgb(_rgbx(rgb, pad), oh, ow, f)
+                assert got.shape == want.shape and got.flags.c_contiguous, describe(rgb, oh, ow, f, kind)
+                assert np.array_equal(got, want), describe(rgb, oh, ow, f, f"{kind}, RGBX pad {pad}")
+            assert np.array_equal(rp.resize_rgb(rgb, oh, ow, f), want)
+
+
+def test_resize_rgb_rejects_other_layouts():
+    for bad in (np.zeros((4, 4, 2), np.uint8), np.zeros((4, 4), np.uint8), np.zeros((4, 4, 4), np.float32)):
+        with pytest.raises(ValueError, match="RGBX"):
+            rp.resize_rgb(bad, 2, 2, rp.BICUBIC)

@@ -180,3 +180,18 @@ def test_committed_fixtures_match_installed_torch(gen, name):
     """The generator, rerun on the first cases, reproduces the committed file."""
     fresh = gen.generate(name, limit=25)["cases"]
     assert fresh == fixtures.cases(name)[: len(fresh)]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "lanczos"])
+def test_resize_aa_rgb_reads_rgbx_like_packed_rgb(mode):
+    """The RGBX entry (Pillow's buffer read in place) gives what ``resize_aa_u8`` (checked
+    against torchvision above) gives for the packed pixels; padding never leaks in."""
+    rng = np.random.default_rng(5)
+    for ih, iw, oh, ow in [(37, 53, 20, 31), (37, 53, 37, 20), (37, 53, 20, 53), (37, 53, 37, 53), (40, 30, 90, 70)]:
+        rgb = rng.integers(0, 256, (ih, iw, 3), dtype=np.uint8)
+        want = resample_tv.resize_aa_u8(rgb, oh, ow, mode)
+        for pad in (0, 255):
+            rgbx = np.full((ih, iw, 4), pad, np.uint8)
+            rgbx[:, :, :3] = rgb
+            got = resample_tv.resize_aa_rgb(rgbx, oh, ow, mode)
+            assert got.shape == (oh, ow, 3) and np.array_equal(got, want), (ih, iw, oh, ow, pad)
