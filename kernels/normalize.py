@@ -133,13 +133,15 @@ def _fit(table_bytes: bytes) -> np.ndarray:
     if any(r is None for r in rows):
         return _NO_FIT
     coef = np.array(rows, np.float32)
-    # check the compiled row step itself, on a row long enough for its vector body and tail
+    # check the compiled row loops themselves (RGB and RGBX), on a row long enough for
+    # their vector bodies and tails
     n = 256 + 7
-    src = np.repeat(np.arange(n) % 256, 3).astype(np.uint8)
-    got = np.empty((3, n), np.float32)
-    normalize_row(src, n, coef, table, got[0], got[1], got[2])
-    if not np.array_equal(got.view(np.uint32), table.view(np.uint32)[:, np.arange(n) % 256]):
-        return _NO_FIT
+    for step in (3, 4):
+        src = np.repeat(np.arange(n) % 256, step).astype(np.uint8)
+        got = np.empty((3, n), np.float32)
+        normalize_row(src, n, coef, table, got[0], got[1], got[2], step)
+        if not np.array_equal(got.view(np.uint32), table.view(np.uint32)[:, np.arange(n) % 256]):
+            return _NO_FIT
     return coef
 
 
@@ -151,29 +153,38 @@ def arithmetic(lut: np.ndarray) -> np.ndarray:
     return _fit(np.ascontiguousarray(lut[:3], dtype=np.float32).tobytes())
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _arith_run(src, n, step, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0, d1, d2):
+    for i in range(n):
+        v0 = np.float32(src[step * i])
+        v1 = np.float32(src[step * i + 1])
+        v2 = np.float32(src[step * i + 2])
+        d0[i] = (v0 * h0 + v0 * l0 - m0) / s0
+        d1[i] = (v1 * h1 + v1 * l1 - m1) / s1
+        d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
+
+
 @numba.njit(nogil=True, cache=True)
-def normalize_row(src, n, coef, lut, d0, d1, d2):
-    """``d_c[i] = lut[c, src[3*i + c]]`` for ``i < n``: ``src`` an interleaved RGB uint8
-    row, ``coef`` from ``arithmetic(lut)``. The arithmetic loop reads the three channels
-    together, so LLVM vectorizes it (shuffled byte loads, float32 math, contiguous
-    stores); the lookup loop stays scalar."""
+def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
+    """``d_c[i] = lut[c, src[step*i + c]]`` for ``i < n``: ``src`` an interleaved uint8
+    row, RGB (``step`` 3) or Pillow's RGBX (4); ``coef`` from ``arithmetic(lut)``. The
+    arithmetic loop reads the three channels together, so LLVM vectorizes it (shuffled
+    byte loads, float32 math, contiguous stores), once per constant step; the lookup
+    loop stays scalar."""
     if coef.shape[0] == 3:
         h0, l0, m0, s0 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3]
         h1, l1, m1, s1 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3]
         h2, l2, m2, s2 = coef[2, 0], coef[2, 1], coef[2, 2], coef[2, 3]
-        for i in range(n):
-            v0 = np.float32(src[3 * i])
-            v1 = np.float32(src[3 * i + 1])
-            v2 = np.float32(src[3 * i + 2])
-            d0[i] = (v0 * h0 + v0 * l0 - m0) / s0
-            d1[i] = (v1 * h1 + v1 * l1 - m1) / s1
-            d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
+        if step == 4:
+            _arith_run(src, n, 4, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0, d1, d2)
+        else:
+            _arith_run(src, n, 3, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0, d1, d2)
     else:
         t0, t1, t2 = lut[0], lut[1], lut[2]
         for i in range(n):
-            d0[i] = t0[src[3 * i]]
-            d1[i] = t1[src[3 * i + 1]]
-            d2[i] = t2[src[3 * i + 2]]
+            d0[i] = t0[src[step * i]]
+            d1[i] = t1[src[step * i + 1]]
+            d2[i] = t2[src[step * i + 2]]
 
 
 @intrinsic

@@ -18,7 +18,6 @@ import numba
 import numpy as np
 
 from . import resample_pil
-from .pixels import pack_rgb
 from .normalize import arithmetic, copy_run, normalize_row
 
 
@@ -31,7 +30,7 @@ def _specialized(patch: int, merge: int, temporal: int):
 
     @numba.njit(nogil=True, cache=True)
     def kernel(img, coef, lut, out):
-        w = img.shape[1]
+        w, step = img.shape[1], img.shape[2]
         gw = w // patch
         rows = np.empty((merge, 3, patch, w), np.float32)  # one band, planar, normalized
         r = 0
@@ -39,7 +38,7 @@ def _specialized(patch: int, merge: int, temporal: int):
             for mh in range(merge):
                 for py in range(patch):
                     src = img[(bi * merge + mh) * patch + py].reshape(-1)
-                    normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py])
+                    normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py], step)
             for bj in range(gw // merge):
                 for mh in range(merge):
                     for mw in range(merge):
@@ -56,7 +55,8 @@ def _specialized(patch: int, merge: int, temporal: int):
 
 
 def lut_patchify(img: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, merge: int, temporal: int) -> None:
-    """uint8 [H, W, 3] -> ``out`` float32 [gh*gw, 3*temporal*patch*patch].
+    """uint8 [H, W, 3] (or Pillow's RGBX [H, W, 4]) -> ``out`` float32
+    [gh*gw, 3*temporal*patch*patch].
 
     Rows are merge-block-major: block (bi, bj), then sub-patch (mh, mw). Columns are
     (c, t, py, px); the temporal copies repeat the frame.
@@ -94,9 +94,7 @@ def resize_normalize_patchify(
         raise ValueError(f"out must be C-contiguous float32 {(rows, cols)}, got {out.dtype} {out.shape}")
     if rgb.shape[:2] != (out_h, out_w):
         img = resample_pil.resize_rgb(rgb, out_h, out_w, resample)
-    elif rgb.shape[2] == 4:
-        img = pack_rgb(rgb)
     else:
-        img = np.ascontiguousarray(rgb)
+        img = np.ascontiguousarray(rgb)  # RGBX stays RGBX: the kernel reads either
     lut_patchify(img, np.ascontiguousarray(lut, dtype=np.float32), out, patch, merge, temporal)
     return out

@@ -13,7 +13,9 @@ Sections (each prints its table; all numbers are medians of repeated runs):
   startup    time to SERVING with a warm and a cold numba cache; 1st vs 10th request.
   cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
   memory     peak RSS a request adds vs the size of its output tensors (in a fresh
-             process with default malloc, so it sees the request's own pages).
+             process whose malloc maps every block of 128 KiB or more afresh and
+             unmaps it on free, so the peak counts every buffer alive at once
+             rather than what a warm heap happens to hold).
 Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
 This process tunes glibc malloc as ``serve`` does (``allocator.py``), so tensors are
 reused rather than faulted in afresh, for the floor and for ours alike.
@@ -472,7 +474,8 @@ def bench_memory(models) -> list[dict]:
     rows = []
     for model in models:
         for spec in ("1920x1080", "4032x3024"):
-            res = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, model, spec], capture_output=True, text=True)
+            res = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, model, spec], capture_output=True, text=True,
+                                 env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 << 10)})
             if res.returncode != 0:
                 print(f"  {model} {spec}: probe failed: {res.stderr.strip().splitlines()[-1:]}")
                 continue

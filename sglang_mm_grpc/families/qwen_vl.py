@@ -161,7 +161,7 @@ class QwenVL(Family):
         h, w = plan.resized_size
         if self.torchvision:
             if (image.height, image.width) == (h, w):
-                img = image.rgb
+                img = image.pixels
             elif c.resample == resample_pil.NEAREST:
                 img = _TV_RESIZE[c.resample](image.rgb, h, w)
             else:

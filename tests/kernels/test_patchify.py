@@ -92,6 +92,26 @@ def test_no_resize_is_a_pure_relayout(shape):
     assert np.array_equal(got, unfused(rgb, *shape, 3, *HALF, 14, 2, 2))
 
 
+@pytest.mark.parametrize("shape,target", [((56, 56), (56, 56)), ((84, 112), (84, 112)), ((70, 90), (56, 84))])
+@pytest.mark.parametrize("table", ["arithmetic", "lookup"])
+def test_rgbx_input_equals_hf_on_the_rgb(shape, target, table):
+    """Pillow's RGBX buffer, read in place: with and without a resize, through the fitted
+    arithmetic and through the plain table (a lut no fit exists for)."""
+    rgb = imagegen.pixels(*shape, seed=4)
+    rgbx = np.full((*shape, 4), 255, np.uint8)
+    rgbx[:, :, :3] = rgb
+    lut = normalize.pil_backend_lut(*CLIP)
+    if table == "lookup":
+        lut = lut.copy()
+        lut[0, 17] = np.nextafter(lut[0, 17], np.float32(9))  # off the line: no arithmetic fit
+        assert normalize.arithmetic(lut).shape[0] == 0
+    got = patchify.resize_normalize_patchify(rgbx, *target, 3, lut, 14, 2, 2)
+    want = patchify.resize_normalize_patchify(rgb, *target, 3, lut, 14, 2, 2)
+    assert np.array_equal(got, want)
+    if table == "arithmetic":
+        assert np.array_equal(got, unfused(rgb, *target, 3, *CLIP, 14, 2, 2))
+
+
 def test_writes_into_a_slot_of_a_larger_batch():
     rgb = imagegen.pixels(70, 90, seed=2)
     lut = normalize.pil_backend_lut(*CLIP)
