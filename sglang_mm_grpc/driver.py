@@ -197,7 +197,7 @@ class Preprocessor:
             pixel_values, slots = admitted[0].cached.pixel_values, [admitted[0].cached.slot]
         else:
             shape, slots = family.batch_shape(plans)
-            pixel_values = (np.zeros if family.pads_batch else np.empty)(shape, dtype=np.float32)
+            pixel_values = _new_batch(shape, slots, family.pads_batch)
 
         def process(i: int) -> tuple[ProcessedItem, float]:
             a = admitted[i]
@@ -263,7 +263,7 @@ class Preprocessor:
         image (no copy), else a copy of its slot into a fresh single-image batch."""
         if batch is None:
             shape, (single_slot,) = self.family.batch_shape([a.plan])
-            batch = (np.zeros if self.family.pads_batch else np.empty)(shape, dtype=np.float32)
+            batch = _new_batch(shape, [single_slot], self.family.pads_batch)
             batch[single_slot] = item.feature
             slot = single_slot
         return CachedItem(a.height, a.width, a.plan, batch, slot, item.aux, item.geometry, item.resized_size)
@@ -294,6 +294,17 @@ class _Admitted:
     image: DecodedImage | None  # None on a cache hit
     cached: CachedItem | None
     decode_ms: float
+
+
+def _new_batch(shape: tuple[int, ...], slots: list[tuple], pads: bool) -> np.ndarray:
+    """pixel_values to write the items' slots into. A padding family's batch is zeros
+    where no slot reaches; when the slots (which never overlap) cover all of it, as for
+    one image, nothing is left to zero and the batch is not written twice."""
+    if pads:
+        whole = np.broadcast_to(np.zeros((), np.bool_), shape)  # sizes only, no memory
+        if sum(whole[slot].size for slot in slots) != whole.size:
+            return np.zeros(shape, dtype=np.float32)
+    return np.empty(shape, dtype=np.float32)
 
 
 def _guard(fn: Callable[[int], R], i: int, cancel: threading.Event | None, work: WorkCounters) -> R:

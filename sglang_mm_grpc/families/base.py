@@ -46,7 +46,8 @@ class Family:
     modalities: tuple[str, ...] = ("image",)
     uses_mrope: bool = False
 
-    #: True when pixel_values has padding between items' slots (it is then zero-filled).
+    #: True when pixel_values can have padding between items' slots (zero-filled where no
+    #: slot reaches; a lone image's batch is all slot and is not zeroed).
     pads_batch: bool = False
 
     image_token_id: int
@@ -56,7 +57,8 @@ class Family:
         raise NotImplementedError
 
     def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
-        """Write the item's features into ``out`` (its slot of pixel_values)."""
+        """Write the item's features into ``out`` (its slot of pixel_values), every element
+        of it: the slot is not zeroed beforehand."""
         raise NotImplementedError
 
     def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:

@@ -135,7 +135,7 @@ class Phi3V(Family):
         return ItemPlan(resized, (self.config.num_crops + 1, 3, TILE, TILE), (g.num_img_tokens, g.hd_h, g.hd_w))
 
     def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        """[B, N+1, 3, 336, 336]: every image has the same slot; unused crops stay 0."""
+        """[B, N+1, 3, 336, 336]: every image has the same slot; unused crops are 0."""
         return (len(plans), *plans[0].feature_shape), [(i,) for i in range(len(plans))]
 
     def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
@@ -149,6 +149,7 @@ class Phi3V(Family):
             rgb = np.ascontiguousarray(rgb.transpose(1, 0, 2))
         rows, cols = g.hd_h // TILE, g.hd_w // TILE
         window.tiles_chw(rgb, g.top, g.left, rows, cols, self._lut, out[1: 1 + rows * cols], fill=255)
+        out[1 + rows * cols:] = 0  # the crops this image does not use
         if (g.hd_h, g.hd_w) == (TILE, TILE):
             out[0] = out[1]  # the global resize is the identity
         else:
