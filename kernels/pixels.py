@@ -34,6 +34,22 @@ def _pack(src, dst):
         d[3 * i + 2] = s[4 * i + 2]
 
 
+def rgb_or_rgbx(pixels: np.ndarray, what: str) -> np.ndarray:
+    """``pixels`` checked to be uint8 [H, W, 3] or RGBX [H, W, 4] and not empty, C-contiguous."""
+    if not isinstance(pixels, np.ndarray) or pixels.ndim != 3 or pixels.shape[2] not in (3, 4) \
+            or pixels.dtype != np.uint8:
+        raise ValueError(f"{what} expects uint8 [H, W, 3] or RGBX [H, W, 4], got "
+                         f"{getattr(pixels, 'dtype', type(pixels))} {getattr(pixels, 'shape', '')}")
+    if pixels.shape[0] < 1 or pixels.shape[1] < 1:
+        raise ValueError("input image is empty")
+    return np.ascontiguousarray(pixels)
+
+
+def packed(pixels: np.ndarray) -> np.ndarray:
+    """[H, W, 3] as it is; RGBX packed."""
+    return pixels if pixels.shape[2] == 3 else pack_rgb(pixels)
+
+
 def pack_rgb(rgbx: np.ndarray) -> np.ndarray:
     """uint8 [H, W, 4] -> a new C-contiguous uint8 [H, W, 3] of the first three bytes."""
     if rgbx.ndim != 3 or rgbx.shape[2] != 4 or rgbx.dtype != np.uint8:

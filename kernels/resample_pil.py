@@ -27,6 +27,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from .pixels import packed, rgb_or_rgbx
+
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
 _CONVOLUTION_FILTERS = frozenset((LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING))
@@ -374,21 +376,23 @@ def resample_horizontal(src, dst, row0, bounds, kk):
 
 @numba.njit(nogil=True, cache=True)
 def resample_vertical(src, dst, bounds, kk):
-    """dst[y, x, c] = clip8(sum_i src[bounds[y,0] + i, x, c] * kk[y, i])."""
+    """dst[y, x, c] = clip8(sum_i src[bounds[y,0] + i, x, c] * kk[y, i]). A 4-channel
+    ``src`` with a 3-channel ``dst`` is RGBX: its fourth byte is dropped."""
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
-    # Rows are processed as flat runs of out_w * nc samples, so each tap is a contiguous
-    # SIMD multiply-add. Non-contiguous arrays go through contiguous copies.
+    # Rows are processed as flat runs of out_w * channels samples, so each tap is a
+    # contiguous SIMD multiply-add. Non-contiguous arrays go through contiguous copies,
+    # and RGBX through an RGBX result that is then packed.
     s = np.ascontiguousarray(src)
-    d = np.ascontiguousarray(dst)
-    rowlen = out_w * nc
+    d = np.ascontiguousarray(dst) if src.shape[2] == nc else np.empty((out_h, out_w, src.shape[2]), np.uint8)
+    rowlen = out_w * d.shape[2]
     sflat = s.reshape(s.size)
     dflat = d.reshape(d.size)
     acc = np.empty(rowlen, np.int32)
     _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dflat, rowlen, out_h)
     if d.ctypes.data != dst.ctypes.data:
-        dst[...] = d
+        dst[...] = d[:, :, :nc]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -403,12 +407,7 @@ def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
         return img[:, :, :nc].copy()
     out = np.empty((out_h, out_w, nc), np.uint8)
     if not need_h:
-        if sp == nc:
-            resample_vertical(img, out, bv, kv)
-        else:
-            tmp = np.empty((out_h, out_w, sp), np.uint8)
-            resample_vertical(img, tmp, bv, kv)
-            out[...] = tmp[:, :, :nc]
+        resample_vertical(img, out, bv, kv)
     elif not need_v:
         resample_horizontal(img, out, np.int64(0), bh, kh)
     elif not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2):
@@ -499,6 +498,15 @@ def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int, nc: int) -> 
     return _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc)
 
 
+def _checked_target(filter, out_h, out_w) -> tuple[int, int, int]:
+    if filter not in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
+        raise ValueError(f"unknown resampling filter {filter!r}")
+    out_h, out_w = int(out_h), int(out_w)
+    if out_h < 1 or out_w < 1:
+        raise ValueError("height and width must be > 0")
+    return int(filter), out_h, out_w
+
+
 def resize(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
     """uint8 HWC (C-contiguous) -> uint8 [out_h, out_w, C], equal to Pillow 13's
     ``Image.fromarray(img).resize((out_w, out_h), filter)`` (C=1 as mode "L", 2 "LA",
@@ -513,13 +521,7 @@ def resize(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
     nc = img.shape[2]
     if nc < 1 or nc > 4:
         raise ValueError(f"unsupported channel count {nc} (1..4 supported)")
-    if filter not in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
-        raise ValueError(f"unknown resampling filter {filter!r}")
-    filter = int(filter)
-    out_h = int(out_h)
-    out_w = int(out_w)
-    if out_h < 1 or out_w < 1:
-        raise ValueError("height and width must be > 0")
+    filter, out_h, out_w = _checked_target(filter, out_h, out_w)
     in_h, in_w = img.shape[:2]
     if in_h < 1 or in_w < 1:
         raise ValueError("input image is empty")
@@ -538,16 +540,11 @@ def resize(img: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
 def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, filter: int) -> np.ndarray:
     """``resize`` of an RGB image held as uint8 [H, W, 3], or as [H, W, 4] RGBX (Pillow's
     own layout, read without copying; the fourth byte is padding) -> [out_h, out_w, 3]."""
-    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
-        raise ValueError(f"resize_rgb expects uint8 [H, W, 3] or RGBX [H, W, 4], got {pixels.dtype} {pixels.shape}")
-    if pixels.shape[2] == 3 or filter == NEAREST or not pixels.flags.c_contiguous:
-        return resize(np.ascontiguousarray(pixels[:, :, :3]), out_h, out_w, filter)
-    if filter not in (LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
-        raise ValueError(f"unknown resampling filter {filter!r}")
-    out_h, out_w = int(out_h), int(out_w)
-    if out_h < 1 or out_w < 1:
-        raise ValueError("height and width must be > 0")
-    return _resample(pixels, out_h, out_w, int(filter), 3)
+    pixels = rgb_or_rgbx(pixels, "resize_rgb")
+    if pixels.shape[2] == 3 or filter == NEAREST:
+        return resize(packed(pixels), out_h, out_w, filter)
+    filter, out_h, out_w = _checked_target(filter, out_h, out_w)
+    return _resample(pixels, out_h, out_w, filter, 3)
 
 
 def warmup() -> None:

@@ -49,6 +49,16 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import resample_pil
+from .pixels import packed, rgb_or_rgbx
+
+#: How HF's torchvision backend resizes for each PIL resample code (its
+#: pil_torch_interpolation_mapping); BOX and HAMMING map too, but torch then fails on tensors.
+PIL_FILTER_MODES = {
+    resample_pil.NEAREST: "nearest-exact",
+    resample_pil.LANCZOS: "lanczos",
+    resample_pil.BILINEAR: "bilinear",
+    resample_pil.BICUBIC: "bicubic",
+}
 
 __all__ = ["MODES", "coeffs", "coeffs_int16", "resize_aa_u8", "resize_bicubic_f32", "resize_nearest_exact_u8", "warmup"]
 
@@ -172,7 +182,7 @@ def coeffs(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarr
 def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     """Horizontal pass first (only over the rows the vertical pass reads), then vertical,
     into ``nc`` channels (fewer than ``img`` has only for RGBX)."""
-    in_h, in_w, sp = img.shape
+    in_h, in_w, _ = img.shape
     need_h = out_w != in_w
     need_v = out_h != in_h
     if not need_h and not need_v:
@@ -181,12 +191,7 @@ def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     if not need_v:
         resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
     elif not need_h:
-        if sp == nc:
-            resample_pil.resample_vertical(img, out, bv, kv)
-        else:
-            tmp = np.empty((out_h, out_w, sp), np.uint8)
-            resample_pil.resample_vertical(img, tmp, bv, kv)
-            out[...] = tmp[:, :, :nc]
+        resample_pil.resample_vertical(img, out, bv, kv)
     else:
         first = bv[0, 0]
         last = first
@@ -234,16 +239,14 @@ def resize_aa_u8(img: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic")
     return out[:, :, 0] if squeeze else out
 
 
-def resize_aa_rgb(pixels: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic") -> np.ndarray:
-    """``resize_aa_u8`` of an RGB image held as uint8 [H, W, 3], or as [H, W, 4] RGBX
+def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, mode: str = "bicubic") -> np.ndarray:
+    """torchvision's resize (``mode``: "bilinear", "bicubic", "lanczos" antialiased, or
+    "nearest-exact") of an RGB image held as uint8 [H, W, 3], or as [H, W, 4] RGBX
     (Pillow's own layout, read without copying; the fourth byte is padding) ->
     [out_h, out_w, 3]."""
-    if pixels.ndim != 3 or pixels.shape[2] not in (3, 4) or pixels.dtype != np.uint8:
-        raise ValueError(f"resize_aa_rgb expects uint8 [H, W, 3] or RGBX [H, W, 4], got {pixels.dtype} {pixels.shape}")
-    if not pixels.flags.c_contiguous:
-        pixels = np.ascontiguousarray(pixels[:, :, :3])
-    if pixels.shape[0] < 1 or pixels.shape[1] < 1:
-        raise ValueError("input image is empty")
+    pixels = rgb_or_rgbx(pixels, "resize_rgb")
+    if mode == "nearest-exact":
+        return resize_nearest_exact_u8(packed(pixels), out_h, out_w)
     return _resize_aa(pixels, out_h, out_w, mode, 3)
 
 

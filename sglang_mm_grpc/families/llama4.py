@@ -49,9 +49,6 @@ LLAMA4_IDS = {
     "<|image|>": 200090,
 }
 
-# torchvision's interpolation for the PIL resample codes it can resize tensors with (HF
-# maps BOX and HAMMING too, and torch then raises).
-_MODES = {0: "nearest-exact", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     if set(size) != {"height", "width"} or size["height"] != size["width"]:
         raise hf_keys.ConfigError(f"Llama 4 needs a square size {{height, width}}, got {size}")
     resample = hf_keys.resample(preprocessor, d.resample)
-    if resample not in _MODES:
+    if resample not in resample_tv.PIL_FILTER_MODES:
         raise hf_keys.ConfigError(f"resample {resample} (BOX / HAMMING) has no torchvision tensor resize")
     do_rescale = hf_keys.flag(preprocessor, "do_rescale", True)
     do_normalize = hf_keys.flag(preprocessor, "do_normalize", True)
@@ -246,7 +243,7 @@ class Llama4(Family):
         self.image_token_id = config.patch_token_id
         self.field_layout = FieldLayout(
             batched=("aspect_ratios", "patches_per_image"), flat={"pixel_values": "patches_per_image"})
-        self._mode = _MODES[config.resample]
+        self._mode = resample_tv.PIL_FILTER_MODES[config.resample]
         self._canvases = supported_canvases(config.max_patches, config.tile)
         self._lut = bf16.bf16_backend_lut(
             config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
@@ -268,9 +265,7 @@ class Llama4(Family):
         """torchvision's resize; an image already of that size is returned as is."""
         if (image.height, image.width) == (height, width):
             return image.rgb
-        if self._mode == "nearest-exact":
-            return resample_tv.resize_nearest_exact_u8(image.rgb, height, width)
-        return resample_tv.resize_aa_rgb(image.pixels, height, width, self._mode)
+        return resample_tv.resize_rgb(image.pixels, height, width, self._mode)
 
     def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
         tile = self.config.tile

@@ -29,14 +29,6 @@ from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
 BACKENDS = ("pil", "torchvision")
-#: How the torchvision class resizes for each PIL filter code (HF's
-#: pil_torch_interpolation_mapping); BOX and HAMMING fail there on tensors.
-_TV_RESIZE = {
-    resample_pil.NEAREST: lambda img, h, w: resample_tv.resize_nearest_exact_u8(img, h, w),
-    resample_pil.LANCZOS: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "lanczos"),
-    resample_pil.BILINEAR: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "bilinear"),
-    resample_pil.BICUBIC: lambda img, h, w: resample_tv.resize_aa_rgb(img, h, w, "bicubic"),
-}
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -126,7 +118,7 @@ class QwenVL(Family):
         if config.backend not in BACKENDS:
             raise hf_keys.ConfigError(f"unknown Qwen-VL backend {config.backend!r} (one of {', '.join(BACKENDS)})")
         self.torchvision = config.backend == "torchvision"
-        if self.torchvision and config.resample not in _TV_RESIZE:
+        if self.torchvision and config.resample not in resample_tv.PIL_FILTER_MODES:
             raise hf_keys.ConfigError(
                 f"resample={config.resample} has no torchvision equivalent for tensors (Qwen2VLImageProcessor fails)")
         self.config = config
@@ -160,12 +152,9 @@ class QwenVL(Family):
         c = self.config
         h, w = plan.resized_size
         if self.torchvision:
-            if (image.height, image.width) == (h, w):
-                img = image.pixels
-            elif c.resample == resample_pil.NEAREST:
-                img = _TV_RESIZE[c.resample](image.rgb, h, w)
-            else:
-                img = _TV_RESIZE[c.resample](image.pixels, h, w)
+            img = image.pixels
+            if (image.height, image.width) != (h, w):
+                img = resample_tv.resize_rgb(img, h, w, resample_tv.PIL_FILTER_MODES[c.resample])
             patchify.lut_patchify(img, self._lut, out, c.patch_size, c.merge_size, c.temporal_patch_size)
         else:
             patchify.resize_normalize_patchify(

@@ -129,11 +129,10 @@ _CHUNK = 1 << 20
 
 
 def _rgb_array(im: Image.Image) -> np.ndarray:
-    """Packed pixels where Pillow's buffer cannot be read in place (see
-    ``pillow_buffer``). ``np.asarray(im)`` for an RGB image, copied once: ``asarray`` goes through
-    ``tobytes``, which collects 64 KiB chunks and joins them (two copies, and a second
-    full-size buffer alive at the peak: +37 MB for a 12-megapixel photo). Here Pillow's
-    raw encoder (the one ``tobytes`` uses) fills the array in 1 MiB runs of whole rows."""
+    """Packed pixels, for an image whose buffer cannot be read in place (``pillow_buffer``).
+    ``np.asarray(im)`` would go through ``tobytes``, which collects 64 KiB chunks and joins
+    them (two copies, and a second full-size buffer alive at the peak); here Pillow's raw
+    encoder (the one ``tobytes`` uses) fills the array in 1 MiB runs of whole rows."""
     w, h = im.size
     out = np.empty((h, w, 3), np.uint8)
     flat = out.reshape(-1)

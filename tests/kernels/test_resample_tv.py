@@ -183,7 +183,7 @@ def test_committed_fixtures_match_installed_torch(gen, name):
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic", "lanczos"])
-def test_resize_aa_rgb_reads_rgbx_like_packed_rgb(mode):
+def test_resize_rgb_reads_rgbx_like_packed_rgb(mode):
     """The RGBX entry (Pillow's buffer read in place) gives what ``resize_aa_u8`` (checked
     against torchvision above) gives for the packed pixels; padding never leaks in."""
     rng = np.random.default_rng(5)
@@ -193,5 +193,5 @@ def test_resize_aa_rgb_reads_rgbx_like_packed_rgb(mode):
         for pad in (0, 255):
             rgbx = np.full((ih, iw, 4), pad, np.uint8)
             rgbx[:, :, :3] = rgb
-            got = resample_tv.resize_aa_rgb(rgbx, oh, ow, mode)
+            got = resample_tv.resize_rgb(rgbx, oh, ow, mode)
             assert got.shape == (oh, ow, 3) and np.array_equal(got, want), (ih, iw, oh, ow, pad)
