@@ -326,7 +326,8 @@ def bench_server(repeat: int, seconds: float) -> dict:
     for flow in ("two_phase", "preprocess"):
         ratio = out[f"scaling_{flow}"] = out[f"throughput_{flow}_2core"]["rps"] / out[f"throughput_{flow}_1core"]["rps"]
         print(f"  {flow.replace('_', '-')}: 2 cores / 1 core = {ratio:.2f}x", flush=True)
-    print("  (the clients run on the same 2 cores; two-phase moves 22.5 MB per flow through gRPC)", flush=True)
+    print(f"  (the clients run on the same 2 cores; two-phase moves {payload / 1e6:.1f} MB per flow through gRPC)",
+          flush=True)
     return out
 
 

@@ -297,9 +297,9 @@ class _Admitted:
 
 
 def _new_batch(shape: tuple[int, ...], slots: list[tuple], pads: bool) -> np.ndarray:
-    """pixel_values to write the items' slots into. A padding family's batch is zeros
-    where no slot reaches; when the slots (which never overlap) cover all of it, as for
-    one image, nothing is left to zero and the batch is not written twice."""
+    """pixel_values to write the items' slots into. A padding family's batch starts as
+    zeros, unless its slots (which never overlap) cover all of it, as for one image:
+    then there is no padding and the batch is not written twice."""
     if pads:
         whole = np.broadcast_to(np.zeros((), np.bool_), shape)  # sizes only, no memory
         if sum(whole[slot].size for slot in slots) != whole.size:

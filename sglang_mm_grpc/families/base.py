@@ -46,8 +46,8 @@ class Family:
     modalities: tuple[str, ...] = ("image",)
     uses_mrope: bool = False
 
-    #: True when pixel_values can have padding between items' slots (zero-filled where no
-    #: slot reaches; a lone image's batch is all slot and is not zeroed).
+    #: True when pixel_values can have padding between items' slots (the batch is then
+    #: zero-filled; a lone image's batch is all slot and is not).
     pads_batch: bool = False
 
     image_token_id: int
