@@ -11,7 +11,7 @@ import numpy as np
 
 
 @numba.njit(nogil=True, cache=True)
-def _pack(src, dst):
+def pack_into(src, dst):
     """Four pixels (four little-endian uint32 words RGBX) -> three packed words, so the
     loop is plain 32-bit shifts and ors, which vectorize; the tail goes byte by byte."""
     s = src.reshape(-1)
@@ -55,5 +55,5 @@ def pack_rgb(rgbx: np.ndarray) -> np.ndarray:
     if rgbx.ndim != 3 or rgbx.shape[2] != 4 or rgbx.dtype != np.uint8:
         raise ValueError(f"pack_rgb expects uint8 [H, W, 4], got {rgbx.dtype} {rgbx.shape}")
     out = np.empty((*rgbx.shape[:2], 3), np.uint8)
-    _pack(np.ascontiguousarray(rgbx), out)
+    pack_into(np.ascontiguousarray(rgbx), out)
     return out

@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .pixels import packed, rgb_or_rgbx
+from .pixels import pack_into, packed, rgb_or_rgbx
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
@@ -382,17 +382,25 @@ def resample_vertical(src, dst, bounds, kk):
     if out_h == 0 or out_w == 0:
         return
     # Rows are processed as flat runs of out_w * channels samples, so each tap is a
-    # contiguous SIMD multiply-add. Non-contiguous arrays go through contiguous copies,
-    # and RGBX through an RGBX result that is then packed.
+    # contiguous SIMD multiply-add. Non-contiguous arrays go through contiguous copies.
     s = np.ascontiguousarray(src)
-    d = np.ascontiguousarray(dst) if src.shape[2] == nc else np.empty((out_h, out_w, src.shape[2]), np.uint8)
-    rowlen = out_w * d.shape[2]
+    d = np.ascontiguousarray(dst)
     sflat = s.reshape(s.size)
-    dflat = d.reshape(d.size)
+    rowlen = out_w * src.shape[2]
     acc = np.empty(rowlen, np.int32)
-    _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dflat, rowlen, out_h)
+    if src.shape[2] == nc:
+        _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, d.reshape(d.size), rowlen, out_h)
+    else:
+        # RGBX: a few RGBX rows at a time (L1/L2-sized), each block packed into dst.
+        rows = max(1, 32768 // rowlen)
+        block = np.empty((rows, out_w, src.shape[2]), np.uint8)
+        bflat = block.reshape(block.size)
+        for y0 in range(0, out_h, rows):
+            k = min(rows, out_h - y0)
+            _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
+            pack_into(block[:k], d[y0:y0 + k])
     if d.ctypes.data != dst.ctypes.data:
-        dst[...] = d[:, :, :nc]
+        dst[...] = d
 
 
 @numba.njit(nogil=True, cache=True)
@@ -403,9 +411,13 @@ def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     in_h, in_w, sp = img.shape
     need_h = out_w != in_w
     need_v = out_h != in_h
-    if not need_h and not need_v:
-        return img[:, :, :nc].copy()
     out = np.empty((out_h, out_w, nc), np.uint8)
+    if not need_h and not need_v:
+        if img.shape[2] == nc:
+            out[...] = img
+        else:
+            pack_into(img, out)
+        return out
     if not need_h:
         resample_vertical(img, out, bv, kv)
     elif not need_v:

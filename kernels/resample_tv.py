@@ -49,7 +49,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import resample_pil
-from .pixels import packed, rgb_or_rgbx
+from .pixels import pack_into, packed, rgb_or_rgbx
 
 #: How HF's torchvision backend resizes for each PIL resample code (its
 #: pil_torch_interpolation_mapping); BOX and HAMMING map too, but torch then fails on tensors.
@@ -185,9 +185,13 @@ def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     in_h, in_w, _ = img.shape
     need_h = out_w != in_w
     need_v = out_h != in_h
-    if not need_h and not need_v:
-        return img[:, :, :nc].copy()
     out = np.empty((out_h, out_w, nc), np.uint8)
+    if not need_h and not need_v:
+        if img.shape[2] == nc:
+            out[...] = img
+        else:
+            pack_into(img, out)
+        return out
     if not need_v:
         resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
     elif not need_h:

@@ -403,7 +403,8 @@ def test_resize_rgb_reads_rgbx_like_pillow_resizes_rgb(f):
     padding bytes of 0 and 255 that must never leak into the result."""
     rng = np.random.default_rng(11 + f)
     cases = [(37, 53, 20, 31), (300, 40, 30, 38), (40, 300, 38, 30), (37, 53, 37, 20), (37, 53, 20, 53),
-             (37, 53, 37, 53), (1, 9, 3, 2), (9, 1, 2, 3), (64, 64, 200, 150)]
+             (37, 53, 37, 53), (1, 9, 3, 2), (9, 1, 2, 3), (64, 64, 200, 150),
+             (20, 2100, 11, 2100)]  # height only, in several row blocks and a short last one
     for ih, iw, oh, ow in cases:
         for kind in KINDS:
             rgb = make_image(rng, ih, iw, 3, kind)

@@ -187,7 +187,8 @@ def test_resize_rgb_reads_rgbx_like_packed_rgb(mode):
     """The RGBX entry (Pillow's buffer read in place) gives what ``resize_aa_u8`` (checked
     against torchvision above) gives for the packed pixels; padding never leaks in."""
     rng = np.random.default_rng(5)
-    for ih, iw, oh, ow in [(37, 53, 20, 31), (37, 53, 37, 20), (37, 53, 20, 53), (37, 53, 37, 53), (40, 30, 90, 70)]:
+    for ih, iw, oh, ow in [(37, 53, 20, 31), (37, 53, 37, 20), (37, 53, 20, 53), (37, 53, 37, 53), (40, 30, 90, 70),
+                           (20, 2100, 11, 2100)]:  # height only, in several row blocks
         rgb = rng.integers(0, 256, (ih, iw, 3), dtype=np.uint8)
         want = resample_tv.resize_aa_u8(rgb, oh, ow, mode)
         for pad in (0, 255):
