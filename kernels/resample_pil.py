@@ -423,20 +423,17 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
 
 
 @numba.njit(nogil=True, cache=True)
-def resample_horizontal(src, dst, row0, bounds, kk):
-    """dst[y, x, c] = clip8(sum_i src[y + row0, bounds[x,0] + i, c] * kk[x, i]) for y in
-    range(dst.shape[0]). A 4-channel ``src`` with a 3-channel ``dst`` is RGBX: its fourth
-    byte is padding, never read into the result."""
+def horizontal_pass(src, dst, row0, bounds, kk):
+    """``resample_horizontal`` for C-contiguous arrays, callable from other kernels.
+    (Numba compiles a function once per array layout it is given, and this one takes
+    ~15 s to compile: the Python entries hand it C-contiguous arrays only.)"""
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
     in_w = src.shape[1]
-    # Flat C-contiguous images; strided arrays go through contiguous copies (of just the
-    # rows used, for the source).
-    s = np.ascontiguousarray(src[row0:row0 + out_h])
-    d = np.ascontiguousarray(dst)
+    s = np.ascontiguousarray(src[row0:row0 + out_h])  # a view: the rows used
     sflat = s.reshape(s.size)
-    dflat = d.reshape(d.size)
+    dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
     if nc == 3 and sp == 4:
@@ -449,36 +446,50 @@ def resample_horizontal(src, dst, row0, bounds, kk):
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 4, 16)
     else:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 2, 2, 2, 32)
-    if d.ctypes.data != dst.ctypes.data:
-        dst[...] = d
 
 
 @numba.njit(nogil=True, cache=True)
-def resample_vertical(src, dst, bounds, kk):
-    """dst[y, x, c] = clip8(sum_i src[bounds[y,0] + i, x, c] * kk[y, i]). A 4-channel
-    ``src`` with a 3-channel ``dst`` is RGBX: its fourth byte is dropped."""
+def vertical_pass(src, dst, bounds, kk):
+    """``resample_vertical`` for C-contiguous arrays, callable from other kernels."""
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
     # Rows are processed as flat runs of out_w * channels samples, so each tap is a
-    # contiguous SIMD multiply-add. Non-contiguous arrays go through contiguous copies.
-    s = np.ascontiguousarray(src)
-    d = np.ascontiguousarray(dst)
-    sflat = s.reshape(s.size)
+    # contiguous SIMD multiply-add.
+    sflat = src.reshape(src.size)
     rowlen = out_w * src.shape[2]
     acc = np.empty(rowlen, np.int32)
     if src.shape[2] == nc:
-        _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, d.reshape(d.size), rowlen, out_h)
-    else:
-        # RGBX: a few RGBX rows at a time (L1/L2-sized), each block packed into dst.
-        rows = max(1, 32768 // rowlen)
-        block = np.empty((rows, out_w, src.shape[2]), np.uint8)
-        bflat = block.reshape(block.size)
-        for y0 in range(0, out_h, rows):
-            k = min(rows, out_h - y0)
-            _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
-            pack_into(block[:k], d[y0:y0 + k])
-    if d.ctypes.data != dst.ctypes.data:
+        _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dst.reshape(dst.size), rowlen, out_h)
+        return
+    # RGBX: a few RGBX rows at a time (L1/L2-sized), each block packed into dst.
+    rows = max(1, 32768 // rowlen)
+    block = np.empty((rows, out_w, src.shape[2]), np.uint8)
+    bflat = block.reshape(block.size)
+    for y0 in range(0, out_h, rows):
+        k = min(rows, out_h - y0)
+        _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
+        pack_into(block[:k], dst[y0:y0 + k])
+
+
+def resample_horizontal(src, dst, row0, bounds, kk) -> None:
+    """dst[y, x, c] = clip8(sum_i src[y + row0, bounds[x,0] + i, c] * kk[x, i]) for y in
+    range(dst.shape[0]). A 4-channel ``src`` with a 3-channel ``dst`` is RGBX: its fourth
+    byte is padding, never read into the result. Any array layouts."""
+    d = np.ascontiguousarray(dst)
+    horizontal_pass(np.ascontiguousarray(src), d, np.int64(row0), np.ascontiguousarray(bounds),
+                    np.ascontiguousarray(kk))
+    if d is not dst:
+        dst[...] = d
+
+
+def resample_vertical(src, dst, bounds, kk) -> None:
+    """dst[y, x, c] = clip8(sum_i src[bounds[y,0] + i, x, c] * kk[y, i]). A 4-channel
+    ``src`` with a 3-channel ``dst`` is RGBX: its fourth byte is dropped. Any array
+    layouts."""
+    d = np.ascontiguousarray(dst)
+    vertical_pass(np.ascontiguousarray(src), d, np.ascontiguousarray(bounds), np.ascontiguousarray(kk))
+    if d is not dst:
         dst[...] = d
 
 
@@ -498,23 +509,23 @@ def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
             pack_into(img, out)
         return out
     if not need_h:
-        resample_vertical(img, out, bv, kv)
+        vertical_pass(img, out, bv, kv)
     elif not need_v:
-        resample_horizontal(img, out, np.int64(0), bh, kh)
+        horizontal_pass(img, out, np.int64(0), bh, kh)
     elif not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2):
         # Horizontal first, over only the source rows the vertical pass reads.
         first = bv[0, 0]
         last = bv[out_h - 1, 0] + bv[out_h - 1, 1]
         tmp = np.empty((last - first, out_w, nc), np.uint8)
-        resample_horizontal(img, tmp, np.int64(first), bh, kh)
+        horizontal_pass(img, tmp, np.int64(first), bh, kh)
         shifted = bv.copy()
         for y in range(out_h):
             shifted[y, 0] -= first
-        resample_vertical(tmp, out, shifted, kv)
+        vertical_pass(tmp, out, shifted, kv)
     else:
         tmp = np.empty((out_h, in_w, sp), np.uint8)
-        resample_vertical(img, tmp, bv, kv)
-        resample_horizontal(tmp, out, np.int64(0), bh, kh)
+        vertical_pass(img, tmp, bv, kv)
+        horizontal_pass(tmp, out, np.int64(0), bh, kh)
     return out
 
 
@@ -640,8 +651,8 @@ def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, filter: int) -> np.nd
 
 def warmup() -> None:
     """Compile (or load from the on-disk cache) every kernel, so no request pays for it:
-    all channel counts and filters through ``resize``, and the pass kernels for
-    C-contiguous and strided sources."""
+    all channel counts and filters through ``resize``, and the pass kernels' entries
+    (which give them C-contiguous arrays whatever the caller has)."""
     for nc in (1, 2, 3, 4):
         a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
         for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
@@ -649,8 +660,6 @@ def warmup() -> None:
             resize(a, 9, 2, f)
     bounds, kk = coeffs(7, 4, BICUBIC)
     a = np.zeros((5, 7, 3), np.uint8)
-    resample_horizontal(a, np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     bounds, kk = coeffs(5, 3, BICUBIC)
-    resample_vertical(a, np.empty((3, 7, 3), np.uint8), bounds, kk)
     resample_vertical(a[:, :6], np.empty((3, 6, 3), np.uint8), bounds, kk)

@@ -193,20 +193,20 @@ def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
             pack_into(img, out)
         return out
     if not need_v:
-        resample_pil.resample_horizontal(img, out, np.int64(0), bh, kh)
+        resample_pil.horizontal_pass(img, out, np.int64(0), bh, kh)
     elif not need_h:
-        resample_pil.resample_vertical(img, out, bv, kv)
+        resample_pil.vertical_pass(img, out, bv, kv)
     else:
         first = bv[0, 0]
         last = first
         for y in range(out_h):
             last = max(last, bv[y, 0] + bv[y, 1])
         tmp = np.empty((last - first, out_w, nc), np.uint8)
-        resample_pil.resample_horizontal(img, tmp, np.int64(first), bh, kh)
+        resample_pil.horizontal_pass(img, tmp, np.int64(first), bh, kh)
         shifted = bv.copy()
         for y in range(out_h):
             shifted[y, 0] -= first
-        resample_pil.resample_vertical(tmp, out, shifted, kv)
+        resample_pil.vertical_pass(tmp, out, shifted, kv)
     return out
 
 
