@@ -161,7 +161,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         input_ids = list(request.input_ids) if request.input_ids else None
         tw = time.perf_counter()
         try:
-            out = await self._cancellable(ticket, deadline, pp.preprocess, raw, input_ids)
+            # the response is built in the same pool task: one hand-off, event loop free
+            out, resp = await self._cancellable(ticket, deadline, _preprocess_and_respond, pp, raw, input_ids, request)
         except PreprocessError as e:
             raise _naming_source(e, sources) from None
         wall_ms = (time.perf_counter() - tw) * 1e3
@@ -170,7 +171,6 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
 
         deadline.check("building the response")
-        resp = await self._in_pool(_response, request, out, ticket=ticket)  # keeps the event loop free
         resp.timings.fetch_ms = fetch_ms
         resp.timings.layout_ms = rec.stages_ms["layout"]
         keep = backend is None or request.keep_handle
@@ -368,6 +368,11 @@ def _naming_source(e: PreprocessError, sources) -> PreprocessError:
     if e.item is None or e.item >= len(sources) or isinstance(sources[e.item], (bytes, bytearray)):
         return e
     return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item)
+
+
+def _preprocess_and_respond(pp: Preprocessor, raw, input_ids, request, *, cancel) -> tuple[PreprocessOutput, pb.PreprocessResponse]:
+    out = pp.preprocess(raw, input_ids, cancel=cancel)
+    return out, _response(request, out)
 
 
 def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
