@@ -494,6 +494,32 @@ def resample_vertical(src, dst, bounds, kk) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
+def copy_pixels(img, out):
+    """``out`` = ``img`` unresized: the same channels, or RGBX packed into RGB."""
+    if img.shape[2] == out.shape[2]:
+        out[...] = img
+    else:
+        pack_into(img, out)
+
+
+@numba.njit(nogil=True, cache=True)
+def horizontal_then_vertical(img, out, bh, kh, bv, kv):
+    """Both passes into ``out``, the horizontal one over only the source rows the
+    vertical one reads."""
+    out_h = out.shape[0]
+    first = bv[0, 0]
+    last = first
+    for y in range(out_h):
+        last = max(last, bv[y, 0] + bv[y, 1])
+    tmp = np.empty((last - first, out.shape[1], out.shape[2]), np.uint8)
+    horizontal_pass(img, tmp, np.int64(first), bh, kh)
+    shifted = bv.copy()
+    for y in range(out_h):
+        shifted[y, 0] -= first
+    vertical_pass(tmp, out, shifted, kv)
+
+
+@numba.njit(nogil=True, cache=True)
 def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     """ImagingResampleInner for the box (0, 0, in_w, in_h) into ``nc`` channels (fewer
     than ``img`` has only for RGBX); the coefficients of an axis that keeps its size are
@@ -503,25 +529,13 @@ def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     need_v = out_h != in_h
     out = np.empty((out_h, out_w, nc), np.uint8)
     if not need_h and not need_v:
-        if img.shape[2] == nc:
-            out[...] = img
-        else:
-            pack_into(img, out)
-        return out
-    if not need_h:
+        copy_pixels(img, out)
+    elif not need_h:
         vertical_pass(img, out, bv, kv)
     elif not need_v:
         horizontal_pass(img, out, np.int64(0), bh, kh)
     elif not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2):
-        # Horizontal first, over only the source rows the vertical pass reads.
-        first = bv[0, 0]
-        last = bv[out_h - 1, 0] + bv[out_h - 1, 1]
-        tmp = np.empty((last - first, out_w, nc), np.uint8)
-        horizontal_pass(img, tmp, np.int64(first), bh, kh)
-        shifted = bv.copy()
-        for y in range(out_h):
-            shifted[y, 0] -= first
-        vertical_pass(tmp, out, shifted, kv)
+        horizontal_then_vertical(img, out, bh, kh, bv, kv)
     else:
         tmp = np.empty((out_h, in_w, sp), np.uint8)
         vertical_pass(img, tmp, bv, kv)

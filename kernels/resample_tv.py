@@ -49,7 +49,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import resample_pil
-from .pixels import pack_into, packed, rgb_or_rgbx
+from .pixels import packed, rgb_or_rgbx
 
 #: How HF's torchvision backend resizes for each PIL resample code (its
 #: pil_torch_interpolation_mapping); BOX and HAMMING map too, but torch then fails on tensors.
@@ -187,26 +187,13 @@ def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
     need_v = out_h != in_h
     out = np.empty((out_h, out_w, nc), np.uint8)
     if not need_h and not need_v:
-        if img.shape[2] == nc:
-            out[...] = img
-        else:
-            pack_into(img, out)
-        return out
-    if not need_v:
+        resample_pil.copy_pixels(img, out)
+    elif not need_v:
         resample_pil.horizontal_pass(img, out, np.int64(0), bh, kh)
     elif not need_h:
         resample_pil.vertical_pass(img, out, bv, kv)
     else:
-        first = bv[0, 0]
-        last = first
-        for y in range(out_h):
-            last = max(last, bv[y, 0] + bv[y, 1])
-        tmp = np.empty((last - first, out_w, nc), np.uint8)
-        resample_pil.horizontal_pass(img, tmp, np.int64(first), bh, kh)
-        shifted = bv.copy()
-        for y in range(out_h):
-            shifted[y, 0] -= first
-        resample_pil.vertical_pass(tmp, out, shifted, kv)
+        resample_pil.horizontal_then_vertical(img, out, bh, kh, bv, kv)
     return out
 
 
