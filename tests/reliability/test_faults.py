@@ -133,8 +133,11 @@ def test_sigterm_drains_in_flight_and_a_restart_serves_at_once(tmp_path):
         async def main():
             async with grpc.aio.insecure_channel(server.target, options=procs.CHANNEL_OPTIONS) as ch:
                 stub = pb_grpc.MultimodalPreprocessorStub(ch)
-                calls = [asyncio.ensure_future(stub.Preprocess(_heavy(2, i, 600, 800), timeout=60)) for i in range(12)]
-                assert await asyncio.to_thread(procs.wait_until, lambda: server.stats().in_flight == 12, 10)
+                calls = [asyncio.ensure_future(stub.Preprocess(_heavy(2, i), timeout=60)) for i in range(12)]
+                # every call has reached the server (some may be done: ~0.5 s of work in all)
+                assert await asyncio.to_thread(
+                    procs.wait_until, lambda: server.stats().requests.get("Preprocess", 0) == 12, 10)
+                in_flight = server.stats().in_flight
                 t = time.monotonic()
                 server.signal(signal.SIGTERM)
                 await asyncio.sleep(0.2)
@@ -144,9 +147,10 @@ def test_sigterm_drains_in_flight_and_a_restart_serves_at_once(tmp_path):
                 except grpc.aio.AioRpcError as e:
                     refused = e.code().name
                 done = await asyncio.gather(*calls, return_exceptions=True)
-                return t, refused, done
+                return t, in_flight, refused, done
 
-        signalled, refused, done = asyncio.run(main())
+        signalled, in_flight, refused, done = asyncio.run(main())
+        assert in_flight > 0  # there was something to drain
         assert refused == "UNAVAILABLE"
         assert all(isinstance(r, pb.PreprocessResponse) and len(r.images) == 2 for r in done), done
         assert server.wait(30) == 0
