@@ -1,5 +1,6 @@
 # Sourced by scripts/serve and scripts/test: make .venv and install the project into it.
-# Reinstalls only when pyproject.toml changed (or the extra asked for differs).
+# Reinstalls only when pyproject.toml changed or an extra is asked for that is not
+# installed (an install with the test extra also serves).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
@@ -12,8 +13,10 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.installed"
-want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)${extra:+[$extra]}"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+hash="$(sha256sum < "$root/pyproject.toml" | cut -c1-16)"
+want="$hash${extra:+[$extra]}"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [ "$have" != "$want" ] && { [ -n "$extra" ] || [ "${have%%\[*}" != "$hash" ]; }; then
   echo "installing sglang-mm-grpc${extra:+[$extra]} into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -e "$root${extra:+[$extra]}" >&2
