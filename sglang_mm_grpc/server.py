@@ -1,7 +1,7 @@
 """The gRPC server: lifecycle around the servicer.
 
 Start listening at once with health NOT_SERVING, load every model and warm its kernels
-in the worker pool, then report SERVING. CPU work runs on a thread pool sized to the
+in the worker pool, warm the gRPC transport (``transport_warmup``), then report SERVING. CPU work runs on a thread pool sized to the
 cores (the kernels release the GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse
 new RPCs, let in-flight ones finish within the grace period, exit 0. Counters are
 served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
@@ -31,6 +31,7 @@ from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
 from .servicer import SERVICE_NAME, PreprocessorServicer
 from .store import HandleStore
+from .transport_warmup import warm_transport
 from .wire import serialize_response
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,11 @@ class Server:
                 raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
             self.preprocessors[pp.name] = pp
         self.servicer.set_models(self.preprocessors)
+        if self.config.tune_malloc:  # the warmed-up heap is kept only by the tuned malloc
+            try:
+                await warm_transport()
+            except Exception as e:  # only the first large response is slower without it
+                log.warning("gRPC transport warm-up skipped: %s", e)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, SERVING)
         log.info("serving %s", ", ".join(self.preprocessors))
