@@ -1,10 +1,11 @@
 """The gRPC server: lifecycle around the servicer.
 
 Start listening at once with health NOT_SERVING, load every model and warm its kernels
-in the worker pool, warm the gRPC transport (``transport_warmup``), then report SERVING. CPU work runs on a thread pool sized to the
-cores (the kernels release the GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse
-new RPCs, let in-flight ones finish within the grace period, exit 0. Counters are
-served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
+in the worker pool, warm the gRPC transport (``transport_warmup``), then report
+SERVING. CPU work runs on a thread pool sized to the cores (the kernels release the
+GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse new RPCs, let in-flight ones
+finish within the grace period, exit 0. Counters are served by GetStats and, with
+``metrics_port``, as Prometheus text over HTTP.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         for stage in ("decode", "process", "layout"):
             rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
 
-        deadline.check("building the response")
+        deadline.check("keeping or assembling the result")
         resp.timings.fetch_ms = fetch_ms
         resp.timings.layout_ms = rec.stages_ms["layout"]
         keep = backend is None or request.keep_handle
