@@ -133,7 +133,7 @@ class Preprocessor:
 
         The family warms its kernels; then whole requests run through decode (so the
         arrays have exactly the types requests bring) at sizes that take the resize
-        paths (both passes, one axis, none, several images in one batch).
+        paths (both passes, one axis, none, several images in one batch), past the cache.
         """
         self.family.warmup()
         sizes = [(37, 53), (300, 40), (40, 300)]
@@ -141,7 +141,7 @@ class Preprocessor:
         images = [_warmup_png(h, w, seed) for seed, (h, w) in enumerate(sizes)]
         for batch in ([images[0]], [images[-1]], images):
             try:
-                self.preprocess(batch)
+                self.preprocess(batch, use_cache=False)
             except PreprocessError:
                 pass  # a family may refuse a warmup shape; its kernels are compiled anyway
 
@@ -152,10 +152,12 @@ class Preprocessor:
     # -- the request ------------------------------------------------------------------
 
     def preprocess(
-        self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None
+        self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
+        use_cache: bool = True,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
-        request stops at the next image boundary with a CANCELLED error."""
+        request stops at the next image boundary with a CANCELLED error. ``use_cache``
+        False: the cache is neither read nor written (nor counted)."""
         t0 = time.perf_counter()
         family = self.family
         n = len(images)
@@ -176,7 +178,7 @@ class Preprocessor:
                 f"but the request has {n} image(s); put exactly one placeholder per image"
             )
 
-        cache = self.cache
+        cache = self.cache if use_cache else None
 
         def admit(i: int) -> _Admitted:
             data = images[i]

@@ -70,3 +70,16 @@ def test_oversized_items_are_not_cached():
     pp.preprocess([A])
     pp.preprocess([A])
     assert pp.cache.stats.items == 0 and pp.cache.stats.too_large == 2
+
+
+def test_warmup_and_uncached_calls_leave_the_cache_alone():
+    """Neither the model's warm-up nor a ``use_cache=False`` call reads, fills or counts
+    in the cache, so its stats describe requests only."""
+    pp = Preprocessor.from_model(QWEN)
+    pp.warmup()
+    out = pp.preprocess([A], use_cache=False)
+    st = pp.cache.stats
+    assert (st.hits, st.misses, st.items, st.bytes) == (0, 0, 0, 0)
+    assert out.pixel_values.flags.writeable  # not a cached (read-only) tensor
+    pp.preprocess([A])
+    assert (pp.cache.stats.misses, pp.cache.stats.items) == (1, 1)
