@@ -494,48 +494,34 @@ def resample_vertical(src, dst, bounds, kk) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
-def copy_pixels(img, out):
-    """``out`` = ``img`` unresized: the same channels, or RGBX packed into RGB."""
-    if img.shape[2] == out.shape[2]:
-        out[...] = img
-    else:
-        pack_into(img, out)
-
-
-@numba.njit(nogil=True, cache=True)
-def horizontal_then_vertical(img, out, bh, kh, bv, kv):
-    """Both passes into ``out``, the horizontal one over only the source rows the
-    vertical one reads."""
-    out_h = out.shape[0]
-    first = bv[0, 0]
-    last = first
-    for y in range(out_h):
-        last = max(last, bv[y, 0] + bv[y, 1])
-    tmp = np.empty((last - first, out.shape[1], out.shape[2]), np.uint8)
-    horizontal_pass(img, tmp, np.int64(first), bh, kh)
-    shifted = bv.copy()
-    for y in range(out_h):
-        shifted[y, 0] -= first
-    vertical_pass(tmp, out, shifted, kv)
-
-
-@numba.njit(nogil=True, cache=True)
-def _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
-    """ImagingResampleInner for the box (0, 0, in_w, in_h) into ``nc`` channels (fewer
-    than ``img`` has only for RGBX); the coefficients of an axis that keeps its size are
-    not read."""
+def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first):
+    """Both passes into a new [out_h, out_w, nc] (``nc`` fewer than ``img`` has only for
+    RGBX): an axis that keeps its size is skipped (its coefficients are not read); with
+    both, horizontal first (over only the source rows the vertical pass reads) when
+    ``h_first``, else vertical first. Pillow decides the order by ``horizontal_first``;
+    torchvision always goes horizontal first."""
     in_h, in_w, sp = img.shape
-    need_h = out_w != in_w
-    need_v = out_h != in_h
     out = np.empty((out_h, out_w, nc), np.uint8)
-    if not need_h and not need_v:
-        copy_pixels(img, out)
-    elif not need_h:
+    if out_w == in_w and out_h == in_h:
+        if sp == nc:
+            out[...] = img
+        else:
+            pack_into(img, out)
+    elif out_w == in_w:
         vertical_pass(img, out, bv, kv)
-    elif not need_v:
+    elif out_h == in_h:
         horizontal_pass(img, out, np.int64(0), bh, kh)
-    elif not ((in_h - out_h) > 0 and (in_h - out_h) > (in_w - out_w) * 2):
-        horizontal_then_vertical(img, out, bh, kh, bv, kv)
+    elif h_first:
+        first = bv[0, 0]
+        last = first
+        for y in range(out_h):
+            last = max(last, bv[y, 0] + bv[y, 1])
+        tmp = np.empty((last - first, out_w, nc), np.uint8)
+        horizontal_pass(img, tmp, np.int64(first), bh, kh)
+        shifted = bv.copy()
+        for y in range(out_h):
+            shifted[y, 0] -= first
+        vertical_pass(tmp, out, shifted, kv)
     else:
         tmp = np.empty((out_h, in_w, sp), np.uint8)
         vertical_pass(img, tmp, bv, kv)
@@ -611,7 +597,7 @@ def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int, nc: int) -> 
     in_h, in_w = img.shape[:2]
     bh, kh = _cached_coeffs(in_w, out_w, filter) if out_w != in_w else _NO_COEFFS
     bv, kv = _cached_coeffs(in_h, out_h, filter) if out_h != in_h else _NO_COEFFS
-    return _resample_nb(img, out_h, out_w, bh, kh, bv, kv, nc)
+    return separable(img, out_h, out_w, bh, kh, bv, kv, nc, horizontal_first(in_h, in_w, out_h, out_w))
 
 
 def _checked_target(filter, out_h, out_w) -> tuple[int, int, int]:

@@ -178,25 +178,6 @@ def coeffs(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarr
     return bounds.copy(), kk22.copy()
 
 
-@numba.njit(nogil=True, cache=True)
-def _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc):
-    """Horizontal pass first (only over the rows the vertical pass reads), then vertical,
-    into ``nc`` channels (fewer than ``img`` has only for RGBX)."""
-    in_h, in_w, _ = img.shape
-    need_h = out_w != in_w
-    need_v = out_h != in_h
-    out = np.empty((out_h, out_w, nc), np.uint8)
-    if not need_h and not need_v:
-        resample_pil.copy_pixels(img, out)
-    elif not need_v:
-        resample_pil.horizontal_pass(img, out, np.int64(0), bh, kh)
-    elif not need_h:
-        resample_pil.vertical_pass(img, out, bv, kv)
-    else:
-        resample_pil.horizontal_then_vertical(img, out, bh, kh, bv, kv)
-    return out
-
-
 _NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
 
 
@@ -247,7 +228,7 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
     kind = _check(in_w, out_w, mode)
     bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
     bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
-    return _resize_nb(img, out_h, out_w, bh, kh, bv, kv, nc)
+    return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
 
 
 # -- nearest-exact (uint8) ------------------------------------------------------------------
