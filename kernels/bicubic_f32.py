@@ -1,11 +1,12 @@
 """float32 bicubic resize, bit-exact with torch's CPU ``F.interpolate(mode="bicubic",
 align_corners=False, antialias=False)``.
 
-Phi-3-vision and Phi-4-multimodal make their global image this way from the already
-normalized HD image. torch's generic kernel (``UpSampleKernel.cpp``: ``HelperInterpCubic``
-weights, ``Interpolate`` recursion, height outer, width inner) is compiled with
-floating-point contraction, so its x86-64 builds (AVX2 / AVX512 dispatch) fuse
-multiply-adds in fixed places; matching them needs the same fused operations:
+This is the non-antialiased float resize some processors apply to an already normalized
+image (a downscaled overview of the whole picture). torch's generic kernel
+(``UpSampleKernel.cpp``: ``HelperInterpCubic`` weights, ``Interpolate`` recursion,
+height outer, width inner) is compiled with floating-point contraction, so its x86-64
+builds (AVX2 / AVX512 dispatch) fuse multiply-adds in fixed places; matching them needs
+the same fused operations:
 
 * source coordinate ``fma(scale, i + 0.5, -0.5)``, ``scale = float32(in) / out``;
 * Keys weights (A = -0.75) for ``t``, ``1 - t`` and their ``+ 1`` neighbours, with
@@ -44,6 +45,13 @@ def fma32(typingctx, a, b, c):
 
 
 @numba.njit(nogil=True, cache=True)
+def source_index(scale, i):
+    """torch's ``area_pixel_compute_source_index`` (align_corners=False) as its x86 builds
+    compile it: ``fma(scale, i + 0.5, -0.5)`` in float32, rounded once."""
+    return fma32(scale, np.float32(i) + np.float32(0.5), np.float32(-0.5))
+
+
+@numba.njit(nogil=True, cache=True)
 def _cubic1(x):
     """Keys for |x| <= 1: ``((A + 2) x - (A + 3)) x x + 1``."""
     a = np.float32(-0.75)
@@ -67,7 +75,7 @@ def cubic_taps(in_size, out_size):
     w = np.empty((out_size, 4), np.float32)
     scale = np.float32(in_size) / np.float32(out_size)
     for i in range(out_size):
-        src = fma32(scale, np.float32(i) + np.float32(0.5), np.float32(-0.5))
+        src = source_index(scale, i)
         f = np.floor(src)
         t = src - f
         t2 = np.float32(1.0) - t
@@ -87,16 +95,35 @@ def _taps4(v0, v1, v2, v3, w):
 
 
 @numba.njit(nogil=True, cache=True)
+def _rows_read(iy, n):
+    """bool [n]: which of ``n`` source rows the vertical taps ``iy`` read."""
+    used = np.zeros(n, np.bool_)
+    for y in range(iy.shape[0]):
+        for k in range(4):
+            used[iy[y, k]] = True
+    return used
+
+
+@numba.njit(nogil=True, cache=True)
+def _across_rows(rows, iy, wy, plane):
+    """The vertical pass: ``plane[y, x]`` (float32 [oh, ow]) from the width-resized source
+    rows ``rows[iy[y, k], x]`` and the weights ``wy[y]``."""
+    for y in range(iy.shape[0]):
+        r0, r1, r2, r3 = rows[iy[y, 0]], rows[iy[y, 1]], rows[iy[y, 2]], rows[iy[y, 3]]
+        wyy = wy[y]
+        orow = plane[y]
+        for x in range(rows.shape[1]):
+            orow[x] = _taps4(r0[x], r1[x], r2[x], r3[x], wyy)
+
+
+@numba.njit(nogil=True, cache=True)
 def bicubic_chw(src, iy, wy, ix, wx, out):
     """``out[c, y, x]`` from float32 ``src`` [C, H, W] through the per-axis taps; ``out``
     float32 [C, oh, ow], possibly a view into a larger tensor. Each source row's pass
     along the width is computed once and reused by every output row that reads it."""
     channels, h_in = src.shape[0], src.shape[1]
-    oh, ow = iy.shape[0], ix.shape[0]
-    used = np.zeros(h_in, np.bool_)
-    for y in range(oh):
-        for k in range(4):
-            used[iy[y, k]] = True
+    ow = ix.shape[0]
+    used = _rows_read(iy, h_in)
     rows = np.empty((h_in, ow), np.float32)
     for c in range(channels):
         plane = src[c]
@@ -107,13 +134,7 @@ def bicubic_chw(src, iy, wy, ix, wx, out):
             dst = rows[r]
             for x in range(ow):
                 dst[x] = _taps4(line[ix[x, 0]], line[ix[x, 1]], line[ix[x, 2]], line[ix[x, 3]], wx[x])
-        dst_plane = out[c]
-        for y in range(oh):
-            r0, r1, r2, r3 = rows[iy[y, 0]], rows[iy[y, 1]], rows[iy[y, 2]], rows[iy[y, 3]]
-            wyy = wy[y]
-            orow = dst_plane[y]
-            for x in range(ow):
-                orow[x] = fma32(r3[x], wyy[3], fma32(r2[x], wyy[2], fma32(r0[x], wyy[0], r1[x] * wyy[1])))
+        _across_rows(rows, iy, wy, out[c])
 
 
 def resize_bicubic_f32(src: np.ndarray, out_h: int, out_w: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -130,8 +151,6 @@ def resize_bicubic_f32(src: np.ndarray, out_h: int, out_w: int, out: np.ndarray 
     return out
 
 
-
-
 @numba.njit(nogil=True, cache=True)
 def bicubic_window_lut(img, top, left, lut, fill, iy, wy, ix, wx, out):
     """The bicubic resize of a canvas that is never built: ``img`` uint8 [H, W, C] placed
@@ -140,14 +159,11 @@ def bicubic_window_lut(img, top, left, lut, fill, iy, wy, ix, wx, out):
     float32 [C, oh, ow]. A canvas row's pass along the width is the same for every output
     row that reads it, so each needed row is computed once (same operations, same bits)."""
     h_in, w_in, channels = img.shape
-    oh, ow = iy.shape[0], ix.shape[0]
+    ow = ix.shape[0]
     canvas_h = 0
-    for y in range(oh):
+    for y in range(iy.shape[0]):
         canvas_h = max(canvas_h, iy[y, 3] + 1)
-    used = np.zeros(canvas_h, np.bool_)
-    for y in range(oh):
-        for k in range(4):
-            used[iy[y, k]] = True
+    used = _rows_read(iy, canvas_h)
     cols = np.empty((ow, 4), np.int64)
     for x in range(ow):
         for k in range(4):
@@ -176,13 +192,7 @@ def bicubic_window_lut(img, top, left, lut, fill, iy, wy, ix, wx, out):
                 v2 = table[line[c2, c]] if c2 >= 0 else pad
                 v3 = table[line[c3, c]] if c3 >= 0 else pad
                 dst[x] = _taps4(v0, v1, v2, v3, wx[x])
-        plane = out[c]
-        for y in range(oh):
-            r0, r1, r2, r3 = rows[iy[y, 0]], rows[iy[y, 1]], rows[iy[y, 2]], rows[iy[y, 3]]
-            wyy = wy[y]
-            orow = plane[y]
-            for x in range(ow):
-                orow[x] = fma32(r3[x], wyy[3], fma32(r2[x], wyy[2], fma32(r0[x], wyy[0], r1[x] * wyy[1])))
+        _across_rows(rows, iy, wy, out[c])
 
 
 def resize_canvas_bicubic(

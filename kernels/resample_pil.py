@@ -43,7 +43,7 @@ _HAMMING_B = float(np.float32(0.46))
 
 
 @numba.njit(nogil=True, cache=True)
-def _sinc(x):
+def sinc(x):
     if x == 0.0:
         return 1.0
     x = x * math.pi
@@ -69,7 +69,7 @@ def _filter_weight(f, x):
         return 0.0
     if f == LANCZOS:
         if -3.0 <= x and x < 3.0:
-            return _sinc(x) * _sinc(x / 3)
+            return sinc(x) * sinc(x / 3)
         return 0.0
     if f == BOX:
         if x > -0.5 and x <= 0.5:

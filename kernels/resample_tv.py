@@ -1,9 +1,9 @@
-"""Bit-exact numba ports of torch's CPU resize kernels, as torchvision and HF call them.
+"""Bit-exact numba ports of torch's CPU uint8 resize kernels, as torchvision and HF call them.
 
-Families whose HF reference is a torchvision processor (Llama 4, Phi-4, Qwen's
-``Qwen2VLImageProcessor``) resize with ``tvF.resize(uint8, antialias=True)``, which on an
-x86 CPU with AVX2/AVX-512 runs torch's native uint8 path (``UpSampleKernel.cpp``, a
-Pillow-SIMD port). It differs from Pillow in ways that show in the pixels:
+Processors whose HF reference is a torchvision one resize with
+``tvF.resize(uint8, antialias=True)``, which on an x86 CPU with AVX2/AVX-512 runs torch's
+native uint8 path (``UpSampleKernel.cpp``, a Pillow-SIMD port). It differs from Pillow in
+ways that show in the pixels:
 
 * weights are computed like Pillow's (double, same centre and bounds; antialiased
   bicubic uses a = -0.5) but quantized to int16 with a per-axis precision ``p``:
@@ -17,22 +17,10 @@ of ``resample_pil`` (``(2**21 + sum(k * 2**(22-p) * x)) >> 22`` equals
 ``(2**(p-1) + sum(k * x)) >> p``), so the Pillow pass kernels run them unchanged.
 
 ``resize_nearest_exact_u8`` is ``tvF.resize(uint8, NEAREST_EXACT)`` (HF's mapping of PIL's
-NEAREST).
-
-``resize_bicubic_f32`` is ``F.interpolate(mode="bicubic", align_corners=False,
-antialias=False)`` on float32 (Phi-3/Phi-4 global images). torch computes it per output
-pixel from float32 weights; its x86 builds (AVX2 / AVX-512 dispatch) contract some
-multiply-adds into fused ones and the result depends on exactly which, so those spots
-use a real fused multiply-add (``llvm.fma.f32``, one rounding on any CPU):
-
-* source index ``fma(scale, i + 0.5, -0.5)`` (also in nearest-exact);
-* Keys weights (A = -0.75): in ``((A x - 5A) x + 8A) x - 4A`` the first two steps fused,
-  in ``((A + 2) x - (A + 3)) x x + 1`` only the first;
-* each 4-tap sum ``fma(s3, w3, fma(s2, w2, fma(s0, w0, s1 * w1)))``: along rows first,
-  then the same over the four row results with the vertical weights.
-
-torch builds without that dispatch (no FMA) round differently; the uint8 paths are
-integer and agree everywhere.
+NEAREST). Its source index is ``fma(scale, i + 0.5, -0.5)`` rounded once, as torch's x86
+builds (AVX2 / AVX-512 dispatch) compile it (``bicubic_f32.source_index``); at a few
+sizes an unfused index picks another pixel. The antialiased paths are integer and agree
+on every build.
 
 All kernels are nopython, ``nogil=True``, ``cache=True``; images are HWC uint8 numpy
 arrays (C = 1..4, each channel independent, as torch treats a contiguous CHW tensor).
@@ -45,10 +33,9 @@ import math
 
 import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
 from . import resample_pil
+from .bicubic_f32 import source_index
 from .pixels import packed, rgb_or_rgbx
 
 #: How HF's torchvision backend resizes for each PIL resample code (its
@@ -60,7 +47,7 @@ PIL_FILTER_MODES = {
     resample_pil.BICUBIC: "bicubic",
 }
 
-__all__ = ["MODES", "coeffs", "coeffs_int16", "resize_aa_u8", "resize_bicubic_f32", "resize_nearest_exact_u8", "warmup"]
+__all__ = ["MODES", "coeffs", "coeffs_int16", "resize_aa_u8", "resize_nearest_exact_u8", "warmup"]
 
 #: mode name -> torch's interp_size (the filter support is half of it).
 MODES = {"bilinear": 2, "bicubic": 4, "lanczos": 6}
@@ -69,14 +56,6 @@ _PIL_BITS = resample_pil.PRECISION_BITS  # 22
 
 
 # -- the antialiased uint8 path ---------------------------------------------------------
-
-
-@numba.njit(nogil=True, cache=True)
-def _sinc(x):
-    if x == 0.0:
-        return 1.0
-    x = x * math.pi
-    return math.sin(x) / x
 
 
 @numba.njit(nogil=True, cache=True)
@@ -94,7 +73,7 @@ def _aa_filter(kind, x):
             return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
         return 0.0
     if -3.0 <= x and x < 3.0:
-        return _sinc(x) * _sinc(x / 3.0)
+        return resample_pil.sinc(x) * resample_pil.sinc(x / 3.0)
     return 0.0
 
 
@@ -234,29 +213,12 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
 # -- nearest-exact (uint8) ------------------------------------------------------------------
 
 
-@intrinsic
-def _fma32(typingctx, a, b, c):
-    """float32 fused multiply-add, rounded once."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-
-    return sig, codegen
-
-
-@numba.njit(nogil=True, cache=True)
-def _source_index(scale, i):
-    """area_pixel_compute_source_index(align_corners=False) as compiled: one fused op."""
-    return _fma32(scale, np.float32(i) + np.float32(0.5), np.float32(-0.5))
-
-
 @numba.njit(nogil=True, cache=True)
 def _nearest_exact_index(in_size, out_size):
     scale = np.float32(in_size) / np.float32(out_size)
     idx = np.empty(out_size, np.int64)
     for i in range(out_size):
-        real = _source_index(scale, i)
+        real = source_index(scale, i)
         if real < np.float32(0.0):
             real = np.float32(0.0)
         idx[i] = min(int(math.floor(real + np.float32(0.5))), in_size - 1)
@@ -287,92 +249,6 @@ def resize_nearest_exact_u8(img: np.ndarray, out_h: int, out_w: int) -> np.ndarr
     return out[:, :, 0] if squeeze else out
 
 
-# -- non-antialiased bicubic on float32 -----------------------------------------------------
-
-
-@numba.njit(nogil=True, cache=True)
-def _cubic_axis(in_size, out_size):
-    """HelperInterpCubic.compute_indices_weights (float32, A = -0.75) as the x86 build
-    computes it: idx int64[out, 4] (border-clamped taps), w float32[out, 4]."""
-    f = np.float32
-    scale = f(in_size) / f(out_size)
-    a = f(-0.75)
-    idx = np.empty((out_size, 4), np.int64)
-    w = np.empty((out_size, 4), np.float32)
-    for i in range(out_size):
-        real = _source_index(scale, i)
-        index = min(int(math.floor(real)), in_size - 1)
-        lam = min(max(real - f(index), f(0.0)), f(1.0))
-        x2 = f(1.0) - lam
-        w[i, 1] = (_fma32(a + f(2.0), lam, -(a + f(3.0))) * lam) * lam + f(1.0)
-        w[i, 2] = (_fma32(a + f(2.0), x2, -(a + f(3.0))) * x2) * x2 + f(1.0)
-        x = lam + f(1.0)
-        w[i, 0] = _fma32(_fma32(a, x, -(f(5.0) * a)), x, f(8.0) * a) * x - f(4.0) * a
-        x = x2 + f(1.0)
-        w[i, 3] = _fma32(_fma32(a, x, -(f(5.0) * a)), x, f(8.0) * a) * x - f(4.0) * a
-        for j in range(4):
-            idx[i, j] = max(min(index - 1 + j, in_size - 1), 0)
-    return idx, w
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _dot4(s0, s1, s2, s3, w0, w1, w2, w3):
-    return _fma32(s3, w3, _fma32(s2, w2, _fma32(s0, w0, s1 * w1)))
-
-
-@numba.njit(nogil=True, cache=True)
-def _bicubic_nb(x, out, iy, wy, ix, wx):
-    nc, in_h, in_w = x.shape
-    out_h, out_w = iy.shape[0], ix.shape[0]
-    # A source row's horizontal result is the same whichever output row reads it, so each
-    # needed row is computed once per channel.
-    used = np.zeros(in_h, np.bool_)
-    for y in range(out_h):
-        for j in range(4):
-            used[iy[y, j]] = True
-    rows = np.empty((in_h, out_w), np.float32)
-    for c in range(nc):
-        plane = x[c]
-        for r in range(in_h):
-            if not used[r]:
-                continue
-            src = plane[r]
-            dst = rows[r]
-            for o in range(out_w):
-                dst[o] = _dot4(src[ix[o, 0]], src[ix[o, 1]], src[ix[o, 2]], src[ix[o, 3]],
-                               wx[o, 0], wx[o, 1], wx[o, 2], wx[o, 3])
-        for y in range(out_h):
-            r0 = rows[iy[y, 0]]
-            r1 = rows[iy[y, 1]]
-            r2 = rows[iy[y, 2]]
-            r3 = rows[iy[y, 3]]
-            w0, w1, w2, w3 = wy[y, 0], wy[y, 1], wy[y, 2], wy[y, 3]
-            dst = out[c, y]
-            for o in range(out_w):
-                dst[o] = _dot4(r0[o], r1[o], r2[o], r3[o], w0, w1, w2, w3)
-
-
-def resize_bicubic_f32(x: np.ndarray, out_h: int, out_w: int, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 CHW -> float32 [C, out_h, out_w], equal to ``torch.nn.functional.interpolate(
-    x[None], (out_h, out_w), mode="bicubic", align_corners=False, antialias=False)[0]``
-    (no clamp of values; the arithmetic runs even at the same size, as in torch).
-    ``out`` may be a slot view of a larger tensor."""
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 3:
-        raise ValueError("resize_bicubic_f32 expects a float32 [C, H, W] array")
-    if x.shape[1] < 1 or x.shape[2] < 1:
-        raise ValueError("input image is empty")
-    out_h, out_w = _out_size(out_h, out_w)
-    shape = (x.shape[0], out_h, out_w)
-    if out is None:
-        out = np.empty(shape, np.float32)
-    elif out.dtype != np.float32 or out.shape != shape:
-        raise ValueError(f"out must be float32 {shape}, got {out.dtype} {out.shape}")
-    iy, wy = _cubic_axis(x.shape[1], out_h)
-    ix, wx = _cubic_axis(x.shape[2], out_w)
-    _bicubic_nb(np.ascontiguousarray(x), out, iy, wy, ix, wx)
-    return out
-
-
 def warmup() -> None:
     """Compile (or load from the on-disk cache) every kernel here, so no request pays."""
     resample_pil.warmup()
@@ -383,6 +259,3 @@ def warmup() -> None:
             resize_aa_u8(a, 9, 7, mode)
             resize_aa_u8(a, 5, 2, mode)
         resize_nearest_exact_u8(a, 3, 9)
-    src = np.zeros((3, 5, 7), np.float32)
-    resize_bicubic_f32(src, 4, 9)
-    resize_bicubic_f32(src, 4, 9, np.zeros((2, 3, 4, 9), np.float32)[1])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,7 +46,6 @@ class CacheStats:
     bytes: int = 0
     max_bytes: int = 0
     too_large: int = 0
-    extra: dict = field(default_factory=dict)
     peak_bytes: int = 0  # the most ever held at once (never above max_bytes)
 
 

@@ -9,14 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _parse_ids(text: str | None):
-    if text is None:
-        return None
-    try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise SystemExit(f"--input-ids must be comma-separated integers, got {text!r}") from None
+from .cli_remote import add_resample_argument, add_serve_parser, parse_ids
 
 
 def _preprocess_local(args) -> int:
@@ -35,7 +28,7 @@ def _preprocess_local(args) -> int:
     pp.warmup()
     t0 = time.perf_counter()
     try:
-        out = pp.preprocess(blobs, input_ids=_parse_ids(args.input_ids))
+        out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids))
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
         return 1
@@ -83,10 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write every output array to this .npz")
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
-    p.add_argument(
-        "--resample", choices=("pil", "torchvision"),
-        help="locally: which transformers processor to reproduce where a family offers both (Qwen-VL); default pil",
-    )
+    add_resample_argument(p, "locally: ")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 
@@ -96,12 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed for --help; main() hands its arguments to sglang_mm_grpc.bench untouched.
     sub.add_parser("bench", help="benchmarks beside the HF processors (bench --help for options)")
 
-    try:
-        from .cli_remote import add_serve_parser
-    except ImportError:
-        add_serve_parser = None
-    if add_serve_parser is not None:
-        add_serve_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

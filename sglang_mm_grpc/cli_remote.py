@@ -102,10 +102,11 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def add_resample_argument(p) -> None:
+def add_resample_argument(p, where: str = "") -> None:
+    """``--resample`` (``where`` starts its help: the local ``preprocess`` says "locally: ")."""
     p.add_argument(
         "--resample", choices=("pil", "torchvision"),
-        help="which transformers processor to reproduce where a family offers both (Qwen-VL: "
+        help=f"{where}which transformers processor to reproduce where a family offers both (Qwen-VL: "
         "torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor); default pil",
     )
 
@@ -195,7 +196,7 @@ def run_remote_preprocess(args) -> int:
     except OSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    ids = _ids(getattr(args, "input_ids", None))
+    ids = parse_ids(getattr(args, "input_ids", None))
     backend = getattr(args, "backend", None)
     with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0) as client:
         try:
@@ -229,7 +230,8 @@ def run_remote_preprocess(args) -> int:
     return 0
 
 
-def _ids(value):
+def parse_ids(value):
+    """``--input-ids`` text (``"1, 2,3"``) -> [1, 2, 3]; None and lists pass through."""
     if value is None or isinstance(value, (list, tuple)):
         return value
     try:
