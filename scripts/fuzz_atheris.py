@@ -118,8 +118,8 @@ def _servicer():
                     raise refused("domain_not_allowed", "fetching is off while fuzzing")
             return out
 
-        pp = Preprocessor.from_model(MODEL, threads=1, cache_bytes=0, max_image_pixels=1 << 22)
-        _SERVICER = PreprocessorServicer(HandleStore(1 << 30, 64, 60), ThreadPoolExecutor(1), no_fetch, {MODEL: pp})
+        pp = Preprocessor.from_model(MODEL, cache_bytes=0, max_image_pixels=1 << 22)
+        _SERVICER = PreprocessorServicer(HandleStore(1 << 30, 64, 60), ThreadPoolExecutor(1), no_fetch, {MODEL: pp}, max_in_flight=64)
     return _SERVICER
 
 

@@ -29,8 +29,6 @@ class CachedItem:
     pixel_values: np.ndarray
     slot: tuple
     aux: dict[str, np.ndarray]
-    geometry: tuple
-    resized_size: tuple[int, int]
 
     @property
     def nbytes(self) -> int:

@@ -44,21 +44,6 @@ class DecodedImage:
 
 
 @dataclass(frozen=True)
-class ProcessedItem:
-    """What a family made of one image.
-
-    ``feature`` is the item's slice of ``pixel_values``; ``aux`` holds its rows of the
-    model-specific tensors (concatenated over items along dim 0 by the driver);
-    ``geometry`` is whatever the family's layout and positions need (e.g. the Qwen grid).
-    """
-
-    feature: np.ndarray
-    aux: dict[str, np.ndarray]
-    geometry: tuple[int, ...]
-    resized_size: tuple[int, int]  # (height, width) the model saw
-
-
-@dataclass(frozen=True)
 class ImageResult:
     """Per-image facts a router or backend needs (no pixels)."""
 

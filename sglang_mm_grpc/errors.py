@@ -33,13 +33,6 @@ class PreprocessError(Exception):
         self.message = f"image {item}: {message}" if item is not None else message
         super().__init__(self.message)
 
-    @property
-    def grpc_code(self):
-        """The matching ``grpc.StatusCode`` (imported lazily: the core needs no gRPC)."""
-        import grpc
-
-        return grpc.StatusCode[self.code.value]
-
     def __repr__(self) -> str:
         return f"PreprocessError({self.code.value}, {self.message!r})"
 

@@ -45,23 +45,34 @@ class AppliedLayout:
     patch_ranges: tuple[tuple[tuple[int, int], ...], ...]  # runs of patch_id per image
 
 
-def placeholder_layout(source_ids, placeholder_id: int, expansions) -> TokenLayout:
-    """The i-th ``placeholder_id`` in ``source_ids`` becomes ``expansions[i]``.
+def find_placeholders(source_ids, placeholder_id: int, images: int) -> np.ndarray:
+    """The positions of ``placeholder_id`` in ``source_ids``, exactly one per image.
 
     Refuses a placeholder count that differs from the image count: a silent mismatch
     would shift every later image onto the wrong tokens.
     """
     ids = np.asarray(source_ids, dtype=np.int64).reshape(-1)
     positions = np.flatnonzero(ids == placeholder_id)
-    if len(positions) != len(expansions):
+    if len(positions) != images:
         raise invalid(
             f"input_ids hold {len(positions)} image placeholder(s) (token id {placeholder_id}) "
-            f"but the request has {len(expansions)} image(s); put exactly one placeholder per image"
+            f"but the request has {images} image(s); put exactly one placeholder per image"
         )
+    return positions.astype(np.int64)
+
+
+def placeholder_layout(source_ids, placeholder_id: int, expansions) -> TokenLayout:
+    """The i-th ``placeholder_id`` in ``source_ids`` becomes ``expansions[i]``."""
+    ids = np.asarray(source_ids, dtype=np.int64).reshape(-1)
+    return layout_at(ids, find_placeholders(ids, placeholder_id, len(expansions)), expansions)
+
+
+def layout_at(source_ids: np.ndarray, positions: np.ndarray, expansions) -> TokenLayout:
+    """The placeholder at ``positions[i]`` (found by ``find_placeholders``) becomes ``expansions[i]``."""
     for i, e in enumerate(expansions):
         if len(e) == 0:
             raise invalid("image expands to 0 tokens", item=i)
-    return TokenLayout(ids, positions.astype(np.int64), tuple(expansions))
+    return TokenLayout(source_ids, positions, tuple(expansions))
 
 
 def _runs(tokens: np.ndarray, token_id: int, offset: int) -> tuple[tuple[int, int], ...]:

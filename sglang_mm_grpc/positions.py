@@ -4,12 +4,22 @@ position, then the position advances by max(h, w)/merge."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .errors import PreprocessError, Code
+from .errors import Code, PreprocessError
 
 
-def mrope_positions(length: int, items, merge: int) -> tuple[np.ndarray, int]:
+@dataclass(frozen=True)
+class MRope:
+    """Multimodal rotary positions: one row each for time, height and width."""
+
+    positions: np.ndarray  # int64 [3, length]
+    delta: int  # max position + 1 - length (the offset of positions after the prompt)
+
+
+def mrope_positions(length: int, items, merge: int) -> MRope:
     """positions int64 [3, length] and delta = max + 1 - length.
 
     ``items``: per image, in prompt order, ``(offset, count, (t, h, w))`` where
@@ -33,4 +43,4 @@ def mrope_positions(length: int, items, merge: int) -> tuple[np.ndarray, int]:
         cursor = offset + count
     pos[:, cursor:] = np.arange(next_pos, next_pos + (length - cursor))
     delta = int(pos.max()) + 1 - length if length else 0
-    return pos, delta
+    return MRope(pos, delta)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from .admission import default_max_in_flight
 from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
-from .driver import DEFAULT_CACHE_BYTES, Preprocessor, default_threads
+from .driver import DEFAULT_CACHE_BYTES, Preprocessor
 from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
@@ -52,8 +53,8 @@ class ServerConfig:
     # Preset ids, model directories or NAME=DIR; empty: every built-in preset.
     models: list[str] = field(default_factory=list)
     # "torchvision": models whose family offers it (Qwen-VL) reproduce the torchvision
-    # processor instead of the PIL one; a model's own @BACKEND suffix wins.
-    resample: str | None = None
+    # processor instead of the PIL one; a model's own @PROCESSOR suffix wins.
+    processor: str | None = None
     workers: int = 0  # 0: one per core
     max_receive_bytes: int = 512 * MiB
     max_send_bytes: int = 512 * MiB
@@ -106,8 +107,8 @@ class Server:
             self.store,
             self.executor,
             self.fetcher.fetch_all,
-            metrics=self.metrics,
             max_in_flight=self.max_in_flight,
+            metrics=self.metrics,
             stats_parts=self._stats_parts,
         )
         server = grpc.aio.server(
@@ -176,8 +177,8 @@ class Server:
     def _load_one(self, spec: str) -> Preprocessor:
         pp = Preprocessor.from_model(
             spec,
-            resample=self.config.resample,
-            threads=self.workers,
+            processor=self.config.processor,
+            executor=self.executor,
             max_images=self.fetcher.policy.max_items,
             max_image_pixels=self.config.max_image_pixels,
             cache_bytes=0,
@@ -205,8 +206,6 @@ class Server:
         )
         if self.fetcher is not None:
             await self.fetcher.aclose()
-        for pp in self.preprocessors.values():
-            pp.close()
 
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.handle_ttl_s / 2))
@@ -245,6 +244,11 @@ async def serve(config: ServerConfig) -> int:
     await server.stop()
     log.info("stopped")
     return code
+
+
+def default_threads() -> int:
+    """One worker per core this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 def run(config: ServerConfig) -> int:

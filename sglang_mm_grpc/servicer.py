@@ -23,7 +23,7 @@ import grpc
 
 from . import assemble as asm
 from . import tensors, wire
-from .admission import Admission, Busy, Ticket, default_max_in_flight
+from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from .carriers import PreprocessOutput
@@ -72,19 +72,18 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         fetch: Fetch,
         models: Mapping[str, Preprocessor] | None = None,
         *,
+        max_in_flight: int,
         metrics: Metrics | None = None,
-        max_in_flight: int | None = None,
         stats_parts: Callable[[], dict] | None = None,
     ):
-        """``max_in_flight``: None picks ``default_max_in_flight`` for the pool size.
+        """``max_in_flight``: Preprocess/Assemble calls at once (past it: RESOURCE_EXHAUSTED).
         ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store)."""
         self.store = store
         self.executor = executor
         self.fetch = fetch
         self.models: dict[str, Preprocessor] | None = dict(models) if models is not None else None
         self.metrics = metrics or Metrics()
-        workers = getattr(executor, "_max_workers", 1)
-        self.admission = Admission(max_in_flight or default_max_in_flight(workers))
+        self.admission = Admission(max_in_flight)
         self._stats_parts = stats_parts
         self._busy_lock = threading.Lock()
         self._busy = 0  # pool tasks submitted and not finished (cancelled calls included)
@@ -136,65 +135,59 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         pp = self._model(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
-        n = rec.images = len(request.images)
-        if n == 0:
-            raise PreprocessError(Code.INVALID_ARGUMENT, "the request has no images")
-        limit = pp.info["max_images_per_request"]
-        if n > limit:  # before any fetch
-            raise PreprocessError(
-                Code.RESOURCE_EXHAUSTED, f"{n} images in one request, over the limit of {limit} (max_images)"
-            )
-        sources = []
-        for i, item in enumerate(request.images):
-            which = item.WhichOneof("source")
-            if which is None:
-                raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url or data", item=i)
-            sources.append(item.url if which == "url" else item.data)
-
+        rec.images = len(request.images)
+        input_ids = list(request.input_ids) if request.input_ids else None
+        pp.check_request(len(request.images), input_ids)  # before any fetch
+        sources = _sources(request)
         deadline.check("fetching")
         tf = time.perf_counter()
         raw = await self.fetch(sources, deadline.at)
-        fetch_ms = rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
+        rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
         rec.bytes = sum(len(b) for b in raw)
-
         deadline.check("preprocessing")
-        input_ids = list(request.input_ids) if request.input_ids else None
+        job = _Job(pp, raw, input_ids, request, backend, backend is None or request.keep_handle, rec)
         tw = time.perf_counter()
         try:
-            # the response is built in the same pool task: one hand-off, event loop free
-            out, resp = await self._cancellable(ticket, deadline, _preprocess_and_respond, pp, raw, input_ids, request)
+            # preprocess, keep, assemble and serialize: one pool task, the event loop free
+            done = await self._cancellable(ticket, deadline, self._work, job, abandoned=self._drop_kept)
         except PreprocessError as e:
             raise _naming_source(e, sources) from None
-        wall_ms = (time.perf_counter() - tw) * 1e3
-        queue_ms = max(0.0, wall_ms - float(out.timings_ms.get("total_ms", wall_ms)))
+        timings = done.output.timings_ms
         for stage in ("decode", "process", "layout"):
-            rec.stages_ms[stage] = float(out.timings_ms.get(f"{stage}_ms", 0.0))
+            rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
+        rec.stages_ms["assemble"] = done.assemble_ms
+        rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - done.work_ms)
+        rec.handle = done.handle
+        return done.response
 
-        deadline.check("keeping or assembling the result")
-        resp.timings.fetch_ms = fetch_ms
-        resp.timings.layout_ms = rec.stages_ms["layout"]
-        keep = backend is None or request.keep_handle
-        if keep:
-            # A call cancelled at any earlier point keeps nothing; past this point it
-            # drops what it kept. (Once the handler has returned, grpc does not tell us
-            # if the client then gave up; such a handle goes when its TTL ends.)
-            resp.handle = rec.handle = self._keep(Kept(pp.name, out, pp.field_layout))
-        if backend is None:
-            rec.stages_ms["assemble"], rec.stages_ms["queue"] = 0.0, queue_ms
-            resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
-            return resp
-        ta = time.perf_counter()
+    def _work(self, job: "_Job", *, cancel: threading.Event) -> "_Done":
+        """The whole of a Preprocess after its fetch, in a pool thread. A call cancelled
+        (or past its deadline) before the result is kept keeps nothing."""
+        t0 = time.perf_counter()
+        out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel)
+        resp = _response(job.request, out)
+        resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
+        resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
+        if cancel.is_set():
+            raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
+        if job.keep:
+            resp.handle = self._keep(Kept(job.model.name, out, job.model.field_layout))
+        if job.backend is None:
+            resp.timings.total_ms = (time.perf_counter() - job.rec.t0) * 1e3
+            return _Done(out, resp, resp.handle, 0.0, (time.perf_counter() - t0) * 1e3)
         try:
-            wire_bytes, assemble_ms = await self._in_pool(
-                _serialized_with_payload, resp, out, pp.field_layout, backend, rec.t0, ticket=ticket
-            )
+            wire_bytes, assemble_ms = _serialized_with_payload(
+                resp, out, job.model.field_layout, job.backend, job.rec.t0)
         except BaseException:
-            if keep:
-                self.store.pop(resp.handle)
+            self._drop_kept(resp.handle)
             raise
-        queue_ms += max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
-        rec.stages_ms["assemble"], rec.stages_ms["queue"] = assemble_ms, queue_ms
-        return wire_bytes
+        return _Done(out, wire_bytes, resp.handle, assemble_ms, (time.perf_counter() - t0) * 1e3)
+
+    def _drop_kept(self, done: "_Done | str") -> None:
+        """Forget a result kept for a call that will not return it."""
+        handle = done.handle if isinstance(done, _Done) else done
+        if handle:
+            self.store.pop(handle)
 
     async def _assemble(self, request: pb.AssembleRequest, context, *, rec: RequestRecord, ticket: Ticket):
         if not request.backend:
@@ -253,10 +246,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 f"{e}; cannot keep this request: set backend in PreprocessRequest to get the payload in one call",
             ) from None
 
-    async def _cancellable(self, ticket: Ticket | None, deadline: "_Deadline", fn, *args):
+    async def _cancellable(self, ticket: Ticket | None, deadline: "_Deadline", fn, *args, abandoned=None):
         """Run ``fn(*args, cancel=event)`` in the pool; the event is set when the deadline
         passes or the call is cancelled, so the worker stops at its next image boundary
-        instead of finishing work nobody will read."""
+        instead of finishing work nobody will read. ``abandoned(result)`` is called with
+        what the worker still returns after the call was cancelled."""
         cancel, expired = threading.Event(), threading.Event()
         self._cancels.add(cancel)
         loop = asyncio.get_running_loop()
@@ -264,7 +258,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         if deadline.at is not None:
             timer = loop.call_later(max(0.0, deadline.at - time.monotonic()), lambda: (expired.set(), cancel.set()))
         try:
-            return await self._in_pool(functools.partial(fn, *args, cancel=cancel), ticket=ticket)
+            return await self._in_pool(functools.partial(fn, *args, cancel=cancel), ticket=ticket, abandoned=abandoned)
         except PreprocessError as e:
             if e.code is Code.CANCELLED and expired.is_set():  # stopped by our deadline timer
                 raise PreprocessError(Code.DEADLINE_EXCEEDED, "deadline exceeded while preprocessing") from None
@@ -282,9 +276,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         for cancel in list(self._cancels):
             cancel.set()
 
-    async def _in_pool(self, fn, *args, ticket: Ticket | None = None):
+    async def _in_pool(self, fn, *args, ticket: Ticket | None = None, abandoned=None):
         """``fn(*args)`` in the pool. The call's admission ticket stays held until the
-        worker is done, even if the call itself is cancelled first."""
+        worker is done, even if the call itself is cancelled first; then ``abandoned``
+        gets the worker's result, if it has one."""
         if ticket is not None:
             ticket.hold()
         with self._busy_lock:
@@ -295,7 +290,13 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             self._pool_done(ticket)
             raise
         future.add_done_callback(lambda _f: self._pool_done(ticket))
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if abandoned is not None:
+                future.add_done_callback(
+                    lambda f: abandoned(f.result()) if not f.cancelled() and f.exception() is None else None)
+            raise
 
     def _pool_done(self, ticket: Ticket | None) -> None:
         with self._busy_lock:
@@ -332,7 +333,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             code, message = e.code.value, e.message
             log.debug("%s: %s", e.code.value, e.message)
             finish()
-            await context.abort(e.grpc_code, e.message)
+            await context.abort(grpc.StatusCode[e.code.value], e.message)
         except asyncio.CancelledError:
             # grpc cancels the handler when the deadline passes or the client goes away;
             # pool work stops at its next image boundary (see _cancellable).
@@ -362,17 +363,45 @@ def _timed(fn, *args):
     return result, (time.perf_counter() - t) * 1e3
 
 
+@dataclass(frozen=True)
+class _Job:
+    """A Preprocess call's work after its fetch."""
+
+    model: Preprocessor
+    raw: list
+    input_ids: list[int] | None
+    request: pb.PreprocessRequest
+    backend: int | None  # assemble this backend's payload in the same task
+    keep: bool  # keep the result under a handle
+    rec: RequestRecord
+
+
+@dataclass(frozen=True)
+class _Done:
+    output: PreprocessOutput
+    response: "pb.PreprocessResponse | bytes"  # bytes: serialized with its payload
+    handle: str
+    assemble_ms: float
+    work_ms: float  # the pool task's own time (the rest of the call's wall time is queueing)
+
+
+def _sources(request: pb.PreprocessRequest) -> list:
+    """Each MediaItem's source: its URL (or path, data URL, base64 text), or its bytes."""
+    sources = []
+    for i, item in enumerate(request.images):
+        which = item.WhichOneof("source")
+        if which is None:
+            raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url or data", item=i)
+        sources.append(item.url if which == "url" else item.data)
+    return sources
+
+
 def _naming_source(e: PreprocessError, sources) -> PreprocessError:
     """A decode or pixel error about a fetched image also names where it came from
     (redacted), as fetch errors do; inline bytes need no naming beyond the index."""
     if e.item is None or e.item >= len(sources) or isinstance(sources[e.item], (bytes, bytearray)):
         return e
     return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item)
-
-
-def _preprocess_and_respond(pp: Preprocessor, raw, input_ids, request, *, cancel) -> tuple[PreprocessOutput, pb.PreprocessResponse]:
-    out = pp.preprocess(raw, input_ids, cancel=cancel)
-    return out, _response(request, out)
 
 
 def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:

@@ -1,20 +1,22 @@
-"""Model sources: built-in presets (shipped JSON, no downloads) and HF model directories.
+"""Model loading: a model name -> its family, ready to serve.
 
-A preset holds the subset of a checkpoint's ``preprocessor_config.json``,
-``config.json`` and (optional) ``processor_config.json`` that preprocessing reads, so
-both kinds of source go through one path.
+Sources are built-in presets (shipped JSON, no downloads) and HF model directories. A
+preset holds the subset of a checkpoint's ``preprocessor_config.json``, ``config.json``
+and (optional) ``processor_config.json`` that preprocessing reads, so both kinds of
+source go through one path. ``load`` also picks which transformers class the family
+reproduces (``@pil`` / ``@torchvision`` or a deployment-wide preference).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from ..errors import Code, PreprocessError
-from ..families import ConfigError, Family, build_family
+from ..families import PROCESSORS, ConfigError, Family, build_family
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,45 @@ def resolve(spec: str, name: str | None = None) -> ModelSource:
         Code.NOT_FOUND,
         f"unknown model {spec!r}: not a built-in preset ({', '.join(presets)}) and not a model directory",
     )
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    name: str  # what requests call it
+    source: str  # preset id or directory
+    family: Family
+
+
+def split_processor(model: str) -> tuple[str, str | None]:
+    """``SPEC@PROCESSOR`` -> (SPEC, PROCESSOR); anything else -> (model, None)."""
+    spec, sep, processor = model.rpartition("@")
+    return (spec, processor) if sep and spec and processor in PROCESSORS else (model, None)
+
+
+def load(model: str, name: str | None = None, processor: str | None = None) -> LoadedModel:
+    """``model``: a built-in preset id (see ``preset_names()``), an HF model directory, or
+    ``NAME=DIR``, optionally suffixed ``@PROCESSOR``.
+
+    The processor picks which transformers class to reproduce: "pil" (the default where a
+    family has it) or "torchvision" (e.g. Qwen-VL: ``Qwen2VLImageProcessor``, what
+    vLLM/SGLang serve with the fast processor). ``processor`` is a deployment-wide
+    preference that applies to the families offering it and leaves the others as they
+    are; a ``@PROCESSOR`` suffix names one model's class (an error if its family lacks
+    it) and, without ``NAME=``, is part of the served name, so both variants can be
+    served side by side.
+    """
+    if processor is not None and processor not in PROCESSORS:
+        raise PreprocessError(
+            Code.INVALID_ARGUMENT, f"unknown processor {processor!r} (one of {', '.join(PROCESSORS)})")
+    spec, suffix = split_processor(model)
+    src = resolve(spec, name)
+    if suffix is not None and src.name == spec:
+        src = replace(src, name=model)
+    family = src.build()
+    choice = suffix or (processor if processor in family.processors else None)
+    if choice is not None:
+        try:
+            family = family.with_processor(choice)
+        except ConfigError as e:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"model {src.source}: {e}") from None
+    return LoadedModel(src.name, src.source, family)

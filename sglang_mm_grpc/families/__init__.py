@@ -1,38 +1,48 @@
-"""The family registry: which family serves a checkpoint, decided from its two JSON files.
+"""The family registry: which family serves a checkpoint, decided from its JSON files.
 
 Adding a family = one module here + one entry in ``FAMILIES``.
 """
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 from . import llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
-from .base import Family, FieldLayout, ItemPlan
+from .base import PROCESSORS, Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
-# (family name, matches(preprocessor, config), build(preprocessor, config, processor) -> Family),
-# first match wins. ``processor`` is processor_config.json ({} when absent).
-FAMILIES = [
+
+class Entry(NamedTuple):
+    #: (preprocessor_config.json, config.json) -> whether this family serves the checkpoint
+    matches: Callable[[dict, dict], bool]
+    #: (preprocessor_config.json, config.json, processor_config.json) -> the resolved config
+    config_from_hf: Callable[[dict, dict, dict], object]
+    family: Callable[[object], Family]
+
+
+# First match wins.
+FAMILIES = (
     # Before any LLaVA entry: Pixtral-12B is model_type "llava" with a pixtral tower.
-    ("pixtral", pixtral.matches, lambda pp, cfg, proc: pixtral.Pixtral(pixtral.config_from_hf(pp, cfg, proc))),
-    ("qwen_vl", qwen_vl.matches, lambda pp, cfg, proc: qwen_vl.QwenVL(qwen_vl.config_from_hf(pp, cfg))),
-    ("llava_next", llava_next.matches,
-     lambda pp, cfg, proc: llava_next.LlavaNext(llava_next.config_from_hf(pp, cfg, proc))),
-    ("llava", llava.matches, lambda pp, cfg, proc: llava.Llava(llava.config_from_hf(pp, cfg, proc))),
-    ("phi4_multimodal", phi4mm.matches,
-     lambda pp, cfg, proc: phi4mm.Phi4Multimodal(phi4mm.config_from_hf(pp, cfg, proc))),
-    ("phi3_v", phi3v.matches, lambda pp, cfg, proc: phi3v.Phi3V(phi3v.config_from_hf(pp, cfg, proc))),
-    ("llama4", llama4.matches, lambda pp, cfg, proc: llama4.Llama4(llama4.config_from_hf(pp, cfg, proc))),
-]
+    Entry(pixtral.matches, pixtral.config_from_hf, pixtral.Pixtral),
+    Entry(qwen_vl.matches, qwen_vl.config_from_hf, qwen_vl.QwenVL),
+    Entry(llava_next.matches, llava_next.config_from_hf, llava_next.LlavaNext),
+    Entry(llava.matches, llava.config_from_hf, llava.Llava),
+    Entry(phi4mm.matches, phi4mm.config_from_hf, phi4mm.Phi4Multimodal),
+    Entry(phi3v.matches, phi3v.config_from_hf, phi3v.Phi3V),
+    Entry(llama4.matches, llama4.config_from_hf, llama4.Llama4),
+)
 
 
 def build_family(preprocessor: dict, config: dict, processor: dict | None = None) -> Family:
-    for _name, matches, build in FAMILIES:
-        if matches(preprocessor, config):
-            return build(preprocessor, config, processor or {})
+    """The family serving a checkpoint, from its preprocessor_config.json, config.json and
+    processor_config.json ({} or None when absent)."""
+    for entry in FAMILIES:
+        if entry.matches(preprocessor, config):
+            return entry.family(entry.config_from_hf(preprocessor, config, processor or {}))
     raise ConfigError(
         f"no supported family for model_type={config.get('model_type')!r}, "
         f"image_processor_type={preprocessor.get('image_processor_type')!r}"
     )
 
 
-__all__ = ["ConfigError", "FAMILIES", "Family", "FieldLayout", "ItemPlan", "build_family"]
+__all__ = ["ConfigError", "FAMILIES", "PROCESSORS", "Family", "FieldLayout", "ItemPlan", "build_family"]

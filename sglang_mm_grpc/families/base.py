@@ -1,21 +1,40 @@
 """What every family provides. Families describe data; the driver owns the flow.
 
-A family turns one decoded image into its tensors (``process_item``), says what tokens
-the image becomes (``expansion``), and optionally computes rotary positions. It never
+A family answers, for one image: what it becomes from its size alone (``plan``: the
+resized size, its block of pixel_values, a typed geometry and the tokens it expands
+into), and then its pixels (``process_item`` writes the block and returns the item's rows
+of model-specific tensors). It may compute rotary positions from the plans. It never
 fetches, never touches gRPC and never sees other requests.
+
+Everything the driver, the config layer and the servicer use is declared here; a
+family overrides what differs and nothing is probed with getattr.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..layout import AppliedLayout, Expansion
+from ..positions import MRope
+from . import batching
+from .hf_keys import ConfigError
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+#: The transformers image-processor classes a family can reproduce: "pil" (the
+#: ``...ImageProcessorPil`` classes) or "torchvision" (the torch-backed ones).
+PROCESSORS = ("pil", "torchvision")
+
+#: An item's rows of the model-specific tensors, by HF name (concatenated over the
+#: request's images on dim 0 unless the family batches them otherwise).
+Aux = dict[str, np.ndarray]
+
+G = TypeVar("G")
 
 
 @dataclass(frozen=True)
@@ -30,56 +49,60 @@ class FieldLayout:
 
 
 @dataclass(frozen=True)
-class ItemPlan:
+class ItemPlan(Generic[G]):
     """What an image will become, known from its size alone (before any pixel work)."""
 
-    resized_size: tuple[int, int]  # (height, width)
+    resized_size: tuple[int, int]  # (height, width) the model sees
     feature_shape: tuple[int, ...]  # this item's block of pixel_values
-    geometry: tuple[int, ...]
+    geometry: G  # the family's own typed value (grid, tiles, crops, ...)
+    expansion: Expansion  # the tokens its placeholder becomes
+
+    @property
+    def token_count(self) -> int:
+        return len(self.expansion)
 
 
-class Family:
-    """Base class: subclasses set the class attributes and implement the methods."""
+class Family(Generic[G]):
+    """Base class: subclasses set the class attributes and implement ``plan`` and
+    ``process_item``; the other methods have defaults that fit most families."""
 
-    name: str = ""
-    reference_processor: str = ""
-    modalities: tuple[str, ...] = ("image",)
-    uses_mrope: bool = False
+    name: ClassVar[str]
+    reference_processor: str
+    modalities: ClassVar[tuple[str, ...]] = ("image",)
+    uses_mrope: ClassVar[bool] = False
+    #: The transformers classes this family reproduces, its default first.
+    processors: ClassVar[tuple[str, ...]] = ("pil",)
+    #: pixel_values' shape and each item's slot in it, from the request's plans.
+    batch_shape: ClassVar[Callable[[list[ItemPlan]], tuple[tuple[int, ...], list[tuple]]]] = staticmethod(
+        batching.concat_rows)
 
-    #: True when pixel_values can have padding between items' slots (the batch is then
-    #: zero-filled; a lone image's batch is all slot and is not).
-    pads_batch: bool = False
-
-    image_token_id: int
+    config: object  # the family's resolved, frozen config dataclass
+    image_token_id: int  # the token that carries features
     field_layout: FieldLayout
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[G]:
         raise NotImplementedError
 
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[G], out: np.ndarray) -> Aux:
         """Write the item's features into ``out`` (its slot of pixel_values), every element
-        of it: the slot is not zeroed beforehand."""
+        of it (the slot is not zeroed beforehand); return its rows of the other tensors."""
         raise NotImplementedError
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        """pixel_values' shape and each item's slot in it (an index tuple whose view has
-        the item's ``feature_shape``). Default: concatenate on dim 0."""
-        rows = [p.feature_shape[0] for p in plans]
-        starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
-        shape = (int(starts[-1]), *plans[0].feature_shape[1:])
-        return shape, [(slice(int(a), int(b)),) for a, b in zip(starts[:-1], starts[1:])]
+    def with_processor(self, processor: str) -> "Family[G]":
+        """This checkpoint reproducing another transformers class (one of ``processors``)."""
+        if processor not in self.processors:
+            raise ConfigError(
+                f"the {self.name} family has no {processor!r} processor (it offers {', '.join(self.processors)})")
+        return self
 
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        raise NotImplementedError
-
-    def batch_tensors(self, items: list[ProcessedItem]) -> dict[str, np.ndarray]:
-        """Model-specific tensors: each item's aux rows concatenated on dim 0."""
-        if not items or not items[0].aux:
+    def batch_tensors(self, aux: list[Aux]) -> dict[str, np.ndarray]:
+        """Model-specific tensors: each item's rows concatenated on dim 0."""
+        if not aux or not aux[0]:
             return {}
-        return {k: np.concatenate([it.aux[k] for it in items], axis=0) for k in items[0].aux}
+        return {k: np.concatenate([a[k] for a in aux], axis=0) for k in aux[0]}
 
-    def positions(self, applied: AppliedLayout, items: list[ProcessedItem]):
-        """(positions, delta) for families with multimodal rotary positions, else None."""
+    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[G]]) -> MRope | None:
+        """Multimodal rotary positions, or None where the model counts 1-D positions itself."""
         return None
 
     @property
@@ -95,7 +118,19 @@ class Family:
     def fingerprint(self) -> str:
         """Everything that decides this family's output for given image bytes (the
         resolved config is a frozen dataclass, so its repr is complete and stable)."""
-        return f"{type(self).__module__}.{type(self).__name__}:{getattr(self, 'config', None)!r}"
+        return f"{type(self).__module__}.{type(self).__name__}:{self.config!r}"
 
     def warmup(self) -> None:
-        """Run every kernel once so no request pays for compilation."""
+        """Compile every kernel this family's requests can reach."""
+
+    def run_batches(self, *batches: list[tuple[int, int]]) -> None:
+        """Process random images of these (height, width) sizes, each list as one request's
+        batch, into the slots requests get (warm-ups: every kernel signature is reached)."""
+        rng = np.random.default_rng(0)
+        for sizes in batches:
+            plans = [self.plan(h, w, item=i) for i, (h, w) in enumerate(sizes)]
+            shape, slots = self.batch_shape(plans)
+            batch = np.zeros(shape, np.float32)
+            for (h, w), plan, slot in zip(sizes, plans, slots):
+                rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+                self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])

@@ -48,6 +48,32 @@ def triple(value: Any, what: str) -> tuple[float, float, float]:
     return out  # type: ignore[return-value]
 
 
+def mean_std(cfg: dict, default_mean, default_std) -> dict[str, tuple[float, float, float]]:
+    """``image_mean`` / ``image_std``, or their ``norm_mean`` / ``norm_std`` spellings."""
+    return {
+        "image_mean": triple(get(cfg, "image_mean", "norm_mean", default=default_mean), "image_mean"),
+        "image_std": triple(get(cfg, "image_std", "norm_std", default=default_std), "image_std"),
+    }
+
+
+def normalization(cfg: dict, default_mean, default_std, default_rescale: float = 1 / 255) -> dict[str, Any]:
+    """The five rescale+normalize knobs under their config field names: mean and std
+    (either spelling), ``rescale_factor``, ``do_rescale``, ``do_normalize``."""
+    return {
+        **mean_std(cfg, default_mean, default_std),
+        "rescale_factor": float(get(cfg, "rescale_factor", default=default_rescale)),
+        "do_rescale": flag(cfg, "do_rescale", True),
+        "do_normalize": flag(cfg, "do_normalize", True),
+    }
+
+
+def refuse_false(cfg: dict, family: str, *names: str) -> None:
+    """Flags this family always applies (e.g. ``do_resize``, ``do_convert_rgb``)."""
+    for name in names:
+        if not flag(cfg, name, True):
+            raise ConfigError(f"{name}=false is not supported for the {family} family")
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

@@ -27,14 +27,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..kernels import bf16, chw, resample_tv, window
 from ..layout import Expansion
 from . import hf_keys
-from .base import Family, FieldLayout, ItemPlan
+from .base import Aux, Family, FieldLayout, ItemPlan
 
 MODEL_TYPES = ("llama4",)
 
@@ -48,7 +49,6 @@ LLAMA4_IDS = {
     "<|tile_y_separator|>": 200085,
     "<|image|>": 200090,
 }
-
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     processor = processor or {}
     d = Llama4Config()
     g = hf_keys.get
-    for name in ("do_resize", "do_convert_rgb"):
-        if not hf_keys.flag(preprocessor, name, True):
-            raise hf_keys.ConfigError(f"{name}=false is not supported for the Llama 4 family")
+    hf_keys.refuse_false(preprocessor, "Llama 4", "do_resize", "do_convert_rgb")
     size = hf_keys.size_dict(g(preprocessor, "size", default={"height": d.tile, "width": d.tile}), "size",
                              default_to_square=True)
     if set(size) != {"height", "width"} or size["height"] != size["width"]:
@@ -101,9 +99,8 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     resample = hf_keys.resample(preprocessor, d.resample)
     if resample not in resample_tv.PIL_FILTER_MODES:
         raise hf_keys.ConfigError(f"resample {resample} (BOX / HAMMING) has no torchvision tensor resize")
-    do_rescale = hf_keys.flag(preprocessor, "do_rescale", True)
-    do_normalize = hf_keys.flag(preprocessor, "do_normalize", True)
-    if do_normalize and not do_rescale:  # HF normalizes the uint8 tensor and raises
+    norm = hf_keys.normalization(preprocessor, d.image_mean, d.image_std, d.rescale_factor)
+    if norm["do_normalize"] and not norm["do_rescale"]:  # HF normalizes the uint8 tensor and raises
         raise hf_keys.ConfigError("do_normalize without do_rescale is not supported for Llama 4")
     for key in ("image_token", "fake_image_token"):
         if g(processor, key, default="<|image|>") != "<|image|>":
@@ -129,11 +126,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         max_patches=hf_keys.as_int(g(preprocessor, "max_patches", default=d.max_patches), "max_patches"),
         resize_to_max_canvas=hf_keys.flag(preprocessor, "resize_to_max_canvas", False),
         resample=resample,
-        image_mean=hf_keys.triple(g(preprocessor, "image_mean", default=d.image_mean), "image_mean"),
-        image_std=hf_keys.triple(g(preprocessor, "image_std", default=d.image_std), "image_std"),
-        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
-        do_rescale=do_rescale,
-        do_normalize=do_normalize,
+        **norm,
         patch_size=hf_keys.as_int(_processor_value(processor, vision, "patch_size", d.patch_size), "patch_size"),
         pixel_shuffle_ratio=ratio,
         **ids,
@@ -232,11 +225,18 @@ def expansion_tokens(rows: int, cols: int, config: Llama4Config) -> np.ndarray:
     return np.concatenate(([c.image_start_token_id], grid, tail)).astype(np.int64)
 
 
-class Llama4(Family):
+class Tiles(NamedTuple):
+    """The canvas in tiles (the global tile, when there is one, comes on top)."""
+
+    rows: int
+    cols: int
+
+
+class Llama4(Family[Tiles]):
     name = "llama4"
     reference_processor = "Llama4Processor + Llama4ImageProcessor (torchvision)"
     #: transformers has only the torchvision class for Llama 4.
-    backends = ("torchvision",)
+    processors = ("torchvision",)
 
     def __init__(self, config: Llama4Config):
         self.config = config
@@ -253,13 +253,14 @@ class Llama4(Family):
         """What the prompt holds once per image: ``<|image|>`` (features go to ``<|patch|>``)."""
         return self.config.image_token_id
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[Tiles]:
         c = self.config
         canvas = best_canvas(height, width, self._canvases, c.resize_to_max_canvas)
         size = resized_size(height, width, canvas, c.tile, c.resize_to_max_canvas)
-        rows, cols = canvas[0] // c.tile, canvas[1] // c.tile
-        tiles = rows * cols + (rows * cols > 1)
-        return ItemPlan(size, (tiles, 3, c.tile, c.tile), (rows, cols))
+        tiles = Tiles(canvas[0] // c.tile, canvas[1] // c.tile)
+        n = tiles.rows * tiles.cols
+        expansion = Expansion(expansion_tokens(tiles.rows, tiles.cols, c), c.patch_token_id)
+        return ItemPlan(size, (n + (n > 1), 3, c.tile, c.tile), tiles, expansion)
 
     def _resize(self, image: DecodedImage, height: int, width: int) -> np.ndarray:
         """torchvision's resize; an image already of that size is returned as is."""
@@ -267,7 +268,7 @@ class Llama4(Family):
             return image.rgb
         return resample_tv.resize_rgb(image.pixels, height, width, self._mode)
 
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[Tiles], out: np.ndarray) -> Aux:
         tile = self.config.tile
         rows, cols = plan.geometry
         n = rows * cols
@@ -276,15 +277,10 @@ class Llama4(Family):
         window.tiles_chw(resized, 0, 0, rows, cols, self._lut, out[:n], fill=0)
         if n > 1:
             chw.normalize_chw(self._resize(image, tile, tile), self._lut, out[n])
-        aux = {
+        return {
             "aspect_ratios": np.array([[rows, cols]], dtype=np.int64),
             "patches_per_image": np.array([out.shape[0]], dtype=np.int64),
         }
-        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        rows, cols = item.geometry
-        return Expansion(expansion_tokens(rows, cols, self.config), self.config.patch_token_id)
 
     def token_ids(self) -> dict[str, int]:
         c = self.config
@@ -300,10 +296,7 @@ class Llama4(Family):
     def warmup(self) -> None:
         resample_tv.warmup()
         window.warmup()
-        rng = np.random.default_rng(0)
         tile = self.config.tile
         # one tile and several; down- and upscaled; already at the target size
-        for size in ((37, 53), (300, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (1, 700)):
-            rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            plan = self.plan(*size, item=0)
-            self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, np.empty(plan.feature_shape, np.float32))
+        sizes = ((37, 53), (300, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (1, 700))
+        self.run_batches(*([s] for s in sizes))

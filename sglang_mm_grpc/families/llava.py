@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..kernels import normalize, resample_pil, resize_region, window
 from ..layout import Expansion
-from . import hf_keys
-from .base import Family, FieldLayout, ItemPlan
+from . import batching, hf_keys
+from .base import Aux, Family, FieldLayout, ItemPlan
 from .llava_common import ClipKnobs, TokenKnobs, clip_knobs, token_knobs
 
 MODEL_TYPES = ("llava",)
@@ -72,9 +72,10 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return model_type is None and kind.startswith("LlavaImageProcessor")
 
 
-class Llava(Family):
+class Llava(Family[None]):
     name = "llava"
     reference_processor = "CLIPImageProcessorPil"
+    batch_shape = staticmethod(batching.stacked)
 
     def __init__(self, config: LlavaConfig):
         self.config = config
@@ -83,8 +84,7 @@ class Llava(Family):
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(batched=("pixel_values",))
         c = config.image
-        self._lut = normalize.pil_backend_lut(
-            c.image_mean, c.image_std, c.rescale_factor, c.do_rescale, c.do_normalize)
+        self._lut = c.lut(normalize.pil_backend_lut)
         self._color = tuple(int(m * 255) for m in c.image_mean)
         self._zero = np.zeros(3, np.uint8)
 
@@ -95,19 +95,16 @@ class Llava(Family):
         side = max(height, width)
         return (side - height) // 2, (side - width) // 2, side, side
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
         c = self.config.image
         _, _, ch, cw = self._canvas(height, width)
         rh, rw = c.resize_to(ch, cw) if c.do_resize else (ch, cw)
         oh, ow = c.crop_size if c.do_center_crop else (rh, rw)
         t = self.config.tokens
         tokens = (oh // t.patch_size) * (ow // t.patch_size) + t.num_additional_image_tokens - t.dropped
-        return ItemPlan((rh, rw), (3, oh, ow), (tokens,))
+        return ItemPlan((rh, rw), (3, oh, ow), None, Expansion.repeat(self.image_token_id, tokens))
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        return (len(plans), *plans[0].feature_shape), [(i,) for i in range(len(plans))]
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[None], out: np.ndarray) -> Aux:
         c = self.config.image
         top, left, ch, cw = self._canvas(image.height, image.width)
         rh, rw = plan.resized_size
@@ -119,22 +116,12 @@ class Llava(Family):
         pad = (top, left, ch, cw, self._color) if (ch, cw) != (image.height, image.width) else None
         part = resize_region.resize_region(image.rgb, rh, rw, c.resample, (ya, xa, yb - ya, xb - xa), pad)
         window.window_chw(part, y0 - ya, x0 - xa, self._lut, out, self._zero)
-        return ProcessedItem(out, {}, plan.geometry, plan.resized_size)
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        return Expansion.repeat(self.image_token_id, item.geometry[0])
-
-    def token_ids(self) -> dict[str, int]:
-        return {"image": self.image_token_id}
+        return {}
 
     def warmup(self) -> None:
         resample_pil.warmup()
         resize_region.warmup()
         window.warmup()
-        rng = np.random.default_rng(0)
         # Both pass orders, no resize, thin.
-        for size in ((37, 53), (500, 40), (40, 500), (2000, 900), (900, 2000), (336, 336), (336, 500)):
-            rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            img = DecodedImage(rgb, "RGB", "PNG")
-            plan = self.plan(*size, item=0)
-            self.process_item(img, plan, np.empty(plan.feature_shape, np.float32))
+        sizes = ((37, 53), (500, 40), (40, 500), (2000, 900), (900, 2000), (336, 336), (336, 500))
+        self.run_batches(*([s] for s in sizes))

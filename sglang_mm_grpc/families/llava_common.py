@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..kernels import resample_pil
 from . import hf_keys
 from .base import CLIP_MEAN, CLIP_STD
@@ -35,6 +37,10 @@ class ClipKnobs:
     def size_dict(self) -> dict[str, int]:
         return dict(self.size)
 
+    def lut(self, make) -> np.ndarray:
+        """The normalize table these knobs give, made by ``make`` (a kernels.normalize maker)."""
+        return make(self.image_mean, self.image_std, self.rescale_factor, self.do_rescale, self.do_normalize)
+
     def resize_to(self, height: int, width: int) -> tuple[int, int]:
         """``PilBackend.resize``'s output size for a ``height`` x ``width`` input."""
         s = self.size_dict
@@ -45,31 +51,26 @@ class ClipKnobs:
         return s["height"], s["width"]
 
 
-def clip_knobs(pp: dict, family: str) -> ClipKnobs:
+def clip_knobs(preprocessor: dict, family: str) -> ClipKnobs:
     """Read and check the CLIP knobs; refuse what the family cannot reproduce exactly."""
     d = ClipKnobs()
     g = hf_keys.get
-    if not hf_keys.flag(pp, "do_convert_rgb", True):
-        raise hf_keys.ConfigError(f"do_convert_rgb=false is not supported for the {family} family")
-    size = hf_keys.size_dict(g(pp, "size", default=d.size_dict), "size", default_to_square=False)
+    hf_keys.refuse_false(preprocessor, family, "do_convert_rgb")
+    size = hf_keys.size_dict(g(preprocessor, "size", default=d.size_dict), "size", default_to_square=False)
     if set(size) not in ({"shortest_edge"}, {"height", "width"}):
         raise hf_keys.ConfigError(
             f"size {size} is not supported for the {family} family (shortest_edge, or height and width)")
-    crop = hf_keys.size_dict(g(pp, "crop_size", default=dict(zip(("height", "width"), d.crop_size))),
+    crop = hf_keys.size_dict(g(preprocessor, "crop_size", default=dict(zip(("height", "width"), d.crop_size))),
                              "crop_size", default_to_square=True)
     if set(crop) != {"height", "width"}:
         raise hf_keys.ConfigError(f"crop_size must have height and width, got {crop}")
     return ClipKnobs(
         size=tuple(sorted(size.items())),
         crop_size=(crop["height"], crop["width"]),
-        do_resize=hf_keys.flag(pp, "do_resize", True),
-        do_center_crop=hf_keys.flag(pp, "do_center_crop", True),
-        resample=hf_keys.resample(pp, d.resample),
-        image_mean=hf_keys.triple(g(pp, "image_mean", default=d.image_mean), "image_mean"),
-        image_std=hf_keys.triple(g(pp, "image_std", default=d.image_std), "image_std"),
-        rescale_factor=float(g(pp, "rescale_factor", default=d.rescale_factor)),
-        do_rescale=hf_keys.flag(pp, "do_rescale", True),
-        do_normalize=hf_keys.flag(pp, "do_normalize", True),
+        do_resize=hf_keys.flag(preprocessor, "do_resize", True),
+        do_center_crop=hf_keys.flag(preprocessor, "do_center_crop", True),
+        resample=hf_keys.resample(preprocessor, d.resample),
+        **hf_keys.normalization(preprocessor, d.image_mean, d.image_std, d.rescale_factor),
     )
 
 

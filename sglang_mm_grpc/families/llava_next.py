@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..kernels import chw, normalize, resample_pil, window
 from ..layout import Expansion
-from . import hf_keys
-from .base import Family, FieldLayout, ItemPlan
+from . import batching, hf_keys
+from .base import Aux, Family, FieldLayout, ItemPlan
 from .llava_common import ClipKnobs, TokenKnobs, clip_knobs, token_knobs
 
 MODEL_TYPES = ("llava_next",)
@@ -126,60 +126,44 @@ def _resize(image: DecodedImage, height: int, width: int, resample: int) -> np.n
     return resample_pil.resize_rgb(image.pixels, height, width, resample)
 
 
-class LlavaNext(Family):
+class LlavaNext(Family[tuple[int, int]]):
+    """Geometry: the chosen pinpoint (height, width)."""
+
     name = "llava_next"
     reference_processor = "LlavaNextImageProcessorPil"
-    pads_batch = True
+    batch_shape = staticmethod(batching.stacked_padded_rows)
 
     def __init__(self, config: LlavaNextConfig):
         self.config = config
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
-        c = config.image
-        self._lut = normalize.pil_backend_lut(
-            c.image_mean, c.image_std, c.rescale_factor, c.do_rescale, c.do_normalize)
+        self._lut = config.image.lut(normalize.pil_backend_lut)
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[tuple[int, int]]:
         c = self.config
         best = select_best_resolution(height, width, c.image_grid_pinpoints)
         resized = patch_output_size(height, width, best)
         tile = c.tile
         tiles = 1 + (best[0] // tile) * (best[1] // tile)
         tokens = number_of_features(height, width, tile, tile, c.image_grid_pinpoints, c.tokens) - c.tokens.dropped
-        return ItemPlan(resized, (tiles, 3, tile, tile), (tokens, *best))
+        return ItemPlan(resized, (tiles, 3, tile, tile), best, Expansion.repeat(self.image_token_id, tokens))
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        most = max(p.feature_shape[0] for p in plans)
-        shape = (len(plans), most, *plans[0].feature_shape[1:])
-        return shape, [(i, slice(0, p.feature_shape[0])) for i, p in enumerate(plans)]
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[tuple[int, int]], out: np.ndarray) -> Aux:
         c = self.config
         tile = c.tile
         f = c.image.resample
-        _, best_h, best_w = plan.geometry
+        best_h, best_w = plan.geometry
         nh, nw = plan.resized_size
         chw.normalize_chw(_resize(image, tile, tile, f), self._lut, out[0])
         resized = _resize(image, nh, nw, f)
         window.tiles_chw(resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile,
                          self._lut, out[1:], fill=0)
-        sizes = np.array([[image.height, image.width]], dtype=np.int64)
-        return ProcessedItem(out, {"image_sizes": sizes}, plan.geometry, plan.resized_size)
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        return Expansion.repeat(self.image_token_id, item.geometry[0])
-
-    def token_ids(self) -> dict[str, int]:
-        return {"image": self.image_token_id}
+        return {"image_sizes": np.array([[image.height, image.width]], dtype=np.int64)}
 
     def warmup(self) -> None:
         resample_pil.warmup()
         window.warmup()
-        rng = np.random.default_rng(0)
         # Both pass orders, one-axis resizes, images already of a target size.
         tile = self.config.tile
-        for size in ((37, 53), (500, 40), (40, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (tile, 500)):
-            rgb = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-            img = DecodedImage(rgb, "RGB", "PNG")
-            plan = self.plan(*size, item=0)
-            self.process_item(img, plan, np.zeros(plan.feature_shape, np.float32))
+        sizes = ((37, 53), (500, 40), (40, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (tile, 500))
+        self.run_batches(*([s] for s in sizes))

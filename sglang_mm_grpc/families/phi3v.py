@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..errors import invalid
 from ..kernels import bicubic_f32, resample_pil, totensor, window
 from ..layout import Expansion
-from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
+from . import batching, hf_keys
+from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ItemPlan
 
 MODEL_TYPES = ("phi3_v",)
 PROCESSOR = "Phi3VImageProcessor"
@@ -95,13 +95,10 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     """preprocessor_config.json's ``num_crops``, ``image_mean``, ``image_std`` (the class
     defaults are 1 crop and CLIP's statistics); the image id from config.json if it
     names one, else 32044."""
-    g = hf_keys.get
-    if not hf_keys.flag(preprocessor, "do_convert_rgb", True):
-        raise hf_keys.ConfigError("do_convert_rgb=false is not supported for the Phi-3-vision family")
+    hf_keys.refuse_false(preprocessor, "Phi-3-vision", "do_convert_rgb")
     return Phi3VConfig(
-        num_crops=hf_keys.as_int(g(preprocessor, "num_crops", default=1), "num_crops"),
-        image_mean=hf_keys.triple(g(preprocessor, "image_mean", default=CLIP_MEAN), "image_mean"),
-        image_std=hf_keys.triple(g(preprocessor, "image_std", default=CLIP_STD), "image_std"),
+        num_crops=hf_keys.as_int(hf_keys.get(preprocessor, "num_crops", default=1), "num_crops"),
+        **hf_keys.mean_std(preprocessor, CLIP_MEAN, CLIP_STD),
         image_token_id=hf_keys.token_id(config, "image_token_id", "image_token_index", default=IMAGE_TOKEN_ID),
     )
 
@@ -111,10 +108,11 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
-class Phi3V(Family):
+class Phi3V(Family[HDGeometry]):
     name = "phi3_v"
     reference_processor = "Phi3VImageProcessor (remote code, published algorithm)"
-    pads_batch = True
+    #: [B, N+1, 3, 336, 336]: every image has the same slot; it zeroes the crops it does not use.
+    batch_shape = staticmethod(batching.stacked)
 
     def __init__(self, config: Phi3VConfig):
         self.config = config
@@ -122,24 +120,17 @@ class Phi3V(Family):
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes", "num_img_tokens"))
         self._lut = totensor.totensor_normalize_lut(config.image_mean, config.image_std)
 
-    def geometry(self, height: int, width: int, item: int) -> HDGeometry:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[HDGeometry]:
         g = hd_geometry(height, width, self.config.num_crops)
         if g.resized_h <= 0:
             raise invalid(f"{height}x{width} image: the aspect ratio is too extreme "
                           f"(its short side resizes to 0 pixels)", item=item)
-        return g
-
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
-        g = self.geometry(height, width, item)
         resized = (g.resized_w, g.resized_h) if g.transposed else (g.resized_h, g.resized_w)
-        return ItemPlan(resized, (self.config.num_crops + 1, 3, TILE, TILE), (g.num_img_tokens, g.hd_h, g.hd_w))
+        return ItemPlan(resized, (self.config.num_crops + 1, 3, TILE, TILE), g,
+                        Expansion.repeat(self.image_token_id, g.num_img_tokens))
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        """[B, N+1, 3, 336, 336]: every image has the same slot; unused crops are 0."""
-        return (len(plans), *plans[0].feature_shape), [(i,) for i in range(len(plans))]
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
-        g = self.geometry(image.height, image.width, 0)
+    def process_item(self, image: DecodedImage, plan: ItemPlan[HDGeometry], out: np.ndarray) -> Aux:
+        g = plan.geometry
         rgb = image.rgb
         if g.transposed:
             rgb = np.ascontiguousarray(rgb.transpose(1, 0, 2))
@@ -154,25 +145,14 @@ class Phi3V(Family):
             out[0] = out[1]  # the global resize is the identity
         else:
             bicubic_f32.resize_canvas_bicubic(rgb, g.top, g.left, g.hd_h, g.hd_w, self._lut, out[0], fill=255)
-        aux = {
+        return {
             "image_sizes": np.array([[g.hd_h, g.hd_w]], dtype=np.int64),
             "num_img_tokens": np.array([g.num_img_tokens], dtype=np.int64),
         }
-        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        return Expansion.repeat(self.image_token_id, item.geometry[0])
 
     def warmup(self) -> None:
         resample_pil.warmup()
         window.warmup()
         bicubic_f32.warmup()
-        rng = np.random.default_rng(0)
         # landscape and portrait (transposed) images, alone and batched
-        for sizes in ([(37, 53)], [(300, 40), (TILE, TILE * 2), (20, 20)]):
-            plans = [self.plan(*hw, item=i) for i, hw in enumerate(sizes)]
-            shape, slots = self.batch_shape(plans)
-            batch = np.zeros(shape, np.float32)
-            for hw, plan, slot in zip(sizes, plans, slots):
-                rgb = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
-                self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])
+        self.run_batches([(37, 53)], [(300, 40), (TILE, TILE * 2), (20, 20)])

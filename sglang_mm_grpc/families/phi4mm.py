@@ -39,12 +39,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..errors import invalid
 from ..kernels import bicubic_f32, normalize, resample_tv, window
 from ..layout import Expansion
-from . import hf_keys
-from .base import Family, FieldLayout, ItemPlan
+from . import batching, hf_keys
+from .base import Aux, Family, FieldLayout, ItemPlan
 
 MODEL_TYPES = ("phi4_multimodal",)
 PROCESSOR = "Phi4MultimodalImageProcessor"
@@ -112,6 +112,14 @@ def dynamic_geometry(height: int, width: int, size: int, max_num: int) -> Geomet
     return Geometry(cols, rows, new_h, new_w, pad_h, pad_w)
 
 
+@dataclass(frozen=True, eq=False)
+class Crops:
+    """A plan's geometry: the grid and the masks of the global image (ones) and each crop."""
+
+    grid: Geometry
+    masks: np.ndarray  # float32 [1 + rows*cols, S/patch, S/patch]
+
+
 def attention_mask(g: Geometry, mask_size: int, patch: int) -> np.ndarray:
     """float32 [rows*cols, m, m]: the crops' masks in raster order, zero over the last
     whole patches of padding."""
@@ -154,8 +162,7 @@ class Phi4Config:
 def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> Phi4Config:
     d = Phi4Config()
     g = hf_keys.get
-    if not hf_keys.flag(preprocessor, "do_convert_rgb", True):
-        raise hf_keys.ConfigError("do_convert_rgb=false is not supported for the Phi-4-multimodal family")
+    hf_keys.refuse_false(preprocessor, "Phi-4-multimodal", "do_convert_rgb")
     size = hf_keys.size_dict(g(preprocessor, "size", default={"height": d.size, "width": d.size}), "size",
                              default_to_square=True)
     if set(size) != {"height", "width"} or size["height"] != size["width"]:
@@ -168,11 +175,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         size=size["height"],
         patch_size=hf_keys.as_int(g(preprocessor, "patch_size", default=d.patch_size), "patch_size"),
         dynamic_hd=hf_keys.as_int(g(preprocessor, "dynamic_hd", default=d.dynamic_hd), "dynamic_hd"),
-        image_mean=hf_keys.triple(g(preprocessor, "image_mean", default=d.image_mean), "image_mean"),
-        image_std=hf_keys.triple(g(preprocessor, "image_std", default=d.image_std), "image_std"),
-        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
-        do_rescale=hf_keys.flag(preprocessor, "do_rescale", True),
-        do_normalize=hf_keys.flag(preprocessor, "do_normalize", True),
+        **hf_keys.normalization(preprocessor, d.image_mean, d.image_std, d.rescale_factor),
         image_token_id=hf_keys.as_int(token, "image_token_id"),
     )
 
@@ -183,10 +186,12 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
-class Phi4Multimodal(Family):
+class Phi4Multimodal(Family[Crops]):
     name = "phi4_multimodal"
     reference_processor = "Phi4MultimodalImageProcessor (torchvision)"
-    pads_batch = True
+    #: transformers has only the torchvision class for Phi-4-multimodal.
+    processors = ("torchvision",)
+    batch_shape = staticmethod(batching.stacked_padded_rows)
 
     def __init__(self, config: Phi4Config):
         self.config = config
@@ -196,74 +201,55 @@ class Phi4Multimodal(Family):
         self._lut = normalize.torchvision_backend_lut(
             config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[Crops]:
         c = self.config
         g = dynamic_geometry(height, width, c.size, c.dynamic_hd)
         th, tw = c.size * g.rows, c.size * g.cols
         if min(g.new_h, th) < 10 or min(g.new_w, tw) < 10:
             raise invalid(f"{height}x{width} image: the aspect ratio is too extreme "
                           f"(resized to {g.new_h}x{g.new_w}, under 10 pixels)", item=item)
-        masks = attention_mask(g, c.mask_size, c.patch_size)
-        tokens = num_img_tokens(masks, g)
-        return ItemPlan((g.new_h, g.new_w), (1 + g.rows * g.cols, 3, c.size, c.size),
-                        (tokens, g.rows, g.cols, g.pad_h, g.pad_w))
+        crop_masks = attention_mask(g, c.mask_size, c.patch_size)
+        tokens = num_img_tokens(crop_masks, g)
+        masks = np.concatenate([np.ones((1, c.mask_size, c.mask_size), np.float32), crop_masks])
+        return ItemPlan((g.new_h, g.new_w), (1 + g.rows * g.cols, 3, c.size, c.size), Crops(g, masks),
+                        Expansion.repeat(self.image_token_id, tokens))
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        most = max(p.feature_shape[0] for p in plans)
-        shape = (len(plans), most, *plans[0].feature_shape[1:])
-        return shape, [(i, slice(0, p.feature_shape[0])) for i, p in enumerate(plans)]
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[Crops], out: np.ndarray) -> Aux:
         c = self.config
-        tokens, rows, cols, pad_h, pad_w = plan.geometry
-        new_h, new_w = plan.resized_size
+        g = plan.geometry.grid
         rgb = image.rgb
-        if rgb.shape[:2] != (new_h, new_w):  # tvF.resize returns an image of the same size as is
-            rgb = resample_tv.resize_aa_u8(rgb, new_h, new_w, "bilinear")
-        window.tiles_chw(rgb, 0, 0, rows, cols, self._lut, out[1:], fill=255)
-        th, tw = c.size * rows, c.size * cols
+        if rgb.shape[:2] != (g.new_h, g.new_w):  # tvF.resize returns an image of the same size as is
+            rgb = resample_tv.resize_aa_u8(rgb, g.new_h, g.new_w, "bilinear")
+        window.tiles_chw(rgb, 0, 0, g.rows, g.cols, self._lut, out[1:], fill=255)
+        th, tw = c.size * g.rows, c.size * g.cols
         if (th, tw) == (c.size, c.size):
             out[0] = out[1]  # the global resize is the identity
         else:
             bicubic_f32.resize_canvas_bicubic(rgb, 0, 0, th, tw, self._lut, out[0], fill=255)
-        g = Geometry(cols, rows, new_h, new_w, pad_h, pad_w)
-        masks = np.concatenate([np.ones((1, c.mask_size, c.mask_size), np.float32),
-                                attention_mask(g, c.mask_size, c.patch_size)])
-        aux = {
+        return {
             "image_sizes": np.array([[th, tw]], dtype=np.int64),
-            "image_attention_mask": masks[None],
-            "num_img_tokens": np.array([tokens], dtype=np.int64),
+            "image_attention_mask": plan.geometry.masks[None],
+            "num_img_tokens": np.array([plan.token_count], dtype=np.int64),
         }
-        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
 
-    def batch_tensors(self, items: list[ProcessedItem]) -> dict[str, np.ndarray]:
+    def batch_tensors(self, aux: list[Aux]) -> dict[str, np.ndarray]:
         """As the base, but the masks of images with fewer crops are padded with ones."""
-        most = max(it.aux["image_attention_mask"].shape[1] for it in items)
+        most = max(a["image_attention_mask"].shape[1] for a in aux)
         m = self.config.mask_size
-        masks = np.ones((len(items), most, m, m), dtype=np.float32)
-        for i, it in enumerate(items):
-            own = it.aux["image_attention_mask"][0]
+        masks = np.ones((len(aux), most, m, m), dtype=np.float32)
+        for i, a in enumerate(aux):
+            own = a["image_attention_mask"][0]
             masks[i, : own.shape[0]] = own
         return {
-            "image_sizes": np.concatenate([it.aux["image_sizes"] for it in items]),
+            "image_sizes": np.concatenate([a["image_sizes"] for a in aux]),
             "image_attention_mask": masks,
-            "num_img_tokens": np.concatenate([it.aux["num_img_tokens"] for it in items]),
+            "num_img_tokens": np.concatenate([a["num_img_tokens"] for a in aux]),
         }
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        return Expansion.repeat(self.image_token_id, item.geometry[0])
 
     def warmup(self) -> None:
         resample_tv.warmup()
         window.warmup()
         bicubic_f32.warmup()
-        rng = np.random.default_rng(0)
         s = self.config.size
         # one crop (its global is a copy), padded grids of either orientation, batched slots
-        for sizes in ([(37, 53)], [(s, s), (300, 2 * s + 5), (4 * s, 11)]):
-            plans = [self.plan(*hw, item=i) for i, hw in enumerate(sizes)]
-            shape, slots = self.batch_shape(plans)
-            batch = np.zeros(shape, np.float32)
-            for hw, plan, slot in zip(sizes, plans, slots):
-                rgb = rng.integers(0, 256, (*hw, 3), dtype=np.uint8)
-                self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])
+        self.run_batches([(37, 53)], [(s, s), (300, 2 * s + 5), (4 * s, 11)])

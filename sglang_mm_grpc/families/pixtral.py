@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..errors import invalid
 from ..kernels import chw, normalize, resample_pil
 from ..layout import Expansion
-from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
+from . import batching, hf_keys
+from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ItemPlan
 
 # The special tokens of Mistral's Tekken tokenizer (shared by Pixtral and Mistral-Small-3.x).
 # Only [IMG] is also a config value (image_token_index); the other two are tokenizer facts.
@@ -74,9 +75,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     processor = processor or config.get("processor_config") or {}
     d = PixtralConfig()
     g = hf_keys.get
-    for name in ("do_resize", "do_convert_rgb"):
-        if not hf_keys.flag(preprocessor, name, True):
-            raise hf_keys.ConfigError(f"{name}=false is not supported for the Pixtral family")
+    hf_keys.refuse_false(preprocessor, "Pixtral", "do_resize", "do_convert_rgb")
     if hf_keys.flag(preprocessor, "do_center_crop", False):
         raise hf_keys.ConfigError("do_center_crop=true is not supported for the Pixtral family")
     model_type = str(config.get("model_type") or d.model_type)
@@ -108,11 +107,7 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         max_width=max_w,
         patch_size=patch,
         spatial_merge_size=merge,
-        image_mean=hf_keys.triple(g(preprocessor, "image_mean", default=d.image_mean), "image_mean"),
-        image_std=hf_keys.triple(g(preprocessor, "image_std", default=d.image_std), "image_std"),
-        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
-        do_rescale=hf_keys.flag(preprocessor, "do_rescale", True),
-        do_normalize=hf_keys.flag(preprocessor, "do_normalize", True),
+        **hf_keys.normalization(preprocessor, d.image_mean, d.image_std, d.rescale_factor),
         resample=hf_keys.resample(preprocessor, d.resample),
         image_token_id=image_id,
     )
@@ -133,10 +128,17 @@ def matches(preprocessor: dict, config: dict) -> bool:
     )
 
 
-class Pixtral(Family):
+class Grid(NamedTuple):
+    """The image in tokens: rows x columns of ``unit`` x ``unit`` pixels."""
+
+    rows: int
+    cols: int
+
+
+class Pixtral(Family[Grid]):
     name = "pixtral"
     reference_processor = "PixtralProcessor + PixtralImageProcessorPil"
-    pads_batch = True
+    batch_shape = staticmethod(batching.padded_planes)
 
     def __init__(self, config: PixtralConfig):
         self.config = config
@@ -146,39 +148,32 @@ class Pixtral(Family):
             config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize
         )
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config
         h, w = fit_size(height, width, c.max_height, c.max_width, c.unit)
         if h <= 0 or w <= 0:
             raise invalid(
                 f"{height}x{width} image: a side shrinks to 0 pixels inside {c.max_height}x{c.max_width}", item=item
             )
-        return ItemPlan((h, w), (3, h, w), (h // c.unit, w // c.unit))
+        grid = Grid(h // c.unit, w // c.unit)
+        return ItemPlan((h, w), (3, h, w), grid, self._expansion(grid))
 
-    def batch_shape(self, plans: list[ItemPlan]) -> tuple[tuple[int, ...], list[tuple]]:
-        """[N, 3, max H, max W]; item i fills the top-left of its plane (the rest stays 0)."""
-        max_h = max(p.resized_size[0] for p in plans)
-        max_w = max(p.resized_size[1] for p in plans)
-        slots = [(i, slice(None), slice(0, p.resized_size[0]), slice(0, p.resized_size[1])) for i, p in enumerate(plans)]
-        return (len(plans), 3, max_h, max_w), slots
+    def _expansion(self, grid: Grid) -> Expansion:
+        """Rows of [IMG], each ended by [IMG_BREAK], the last by [IMG_END]."""
+        c = self.config
+        tokens = np.full((grid.rows, grid.cols + 1), c.image_token_id, dtype=np.int64)
+        tokens[:, -1] = c.image_break_token_id
+        tokens = tokens.reshape(-1)
+        tokens[-1] = c.image_end_token_id
+        return Expansion(tokens, c.image_token_id)
 
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[Grid], out: np.ndarray) -> Aux:
         h, w = plan.resized_size
         rgb = image.rgb
         if rgb.shape[:2] != (h, w):
             rgb = resample_pil.resize(rgb, h, w, self.config.resample)
         chw.normalize_chw(rgb, self._lut, out)
-        aux = {"image_sizes": np.array([[h, w]], dtype=np.int64)}
-        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
-
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        rows, cols = item.geometry
-        c = self.config
-        grid = np.full((rows, cols + 1), c.image_token_id, dtype=np.int64)
-        grid[:, -1] = c.image_break_token_id
-        tokens = grid.reshape(-1)
-        tokens[-1] = c.image_end_token_id
-        return Expansion(tokens, c.image_token_id)
+        return {"image_sizes": np.array([[h, w]], dtype=np.int64)}
 
     def token_ids(self) -> dict[str, int]:
         c = self.config
@@ -186,13 +181,6 @@ class Pixtral(Family):
 
     def warmup(self) -> None:
         resample_pil.warmup()
-        rng = np.random.default_rng(0)
         unit = self.config.unit
         # a lone image (its slot is a contiguous plane) and a padded batch (strided slots)
-        for sizes in ([(37, 53)], [(37, 53), (300, 40), (unit, 2 * unit)]):
-            plans = [self.plan(*s, item=i) for i, s in enumerate(sizes)]
-            shape, slots = self.batch_shape(plans)
-            batch = np.zeros(shape, np.float32)
-            for s, plan, slot in zip(sizes, plans, slots):
-                img = DecodedImage(rng.integers(0, 256, (*s, 3), dtype=np.uint8), "RGB", "PNG")
-                self.process_item(img, plan, batch[slot])
+        self.run_batches([(37, 53)], [(37, 53), (300, 40), (unit, 2 * unit)])

@@ -5,7 +5,7 @@ smart_resize to a multiple of patch*merge within [min_pixels, max_pixels], resam
 3*temporal*patch*patch ordered merge-block-major; each image becomes
 t*h*w/merge**2 image pad tokens and gets M-RoPE positions.
 
-Two backends, as transformers has two classes: "pil" (default, the PIL processor:
+Two processors, as transformers has two classes: "pil" (default, the PIL processor:
 Pillow resize, two-step rescale/normalize) and "torchvision" (``Qwen2VLImageProcessor``,
 what vLLM/SGLang run with the fast processor: torch's uint8 antialiased resize and the
 fused rescale/normalize). Both are bit-exact with their class; they differ from each other.
@@ -15,20 +15,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage, ProcessedItem
+from ..carriers import DecodedImage
 from ..errors import invalid
 from ..kernels import normalize, patchify, resample_pil, resample_tv
 from ..layout import AppliedLayout, Expansion
-from ..positions import mrope_positions
+from ..positions import MRope, mrope_positions
 from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD, Family, FieldLayout, ItemPlan
+from .base import CLIP_MEAN, CLIP_STD, PROCESSORS, Aux, Family, FieldLayout, ItemPlan
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
-BACKENDS = ("pil", "torchvision")
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -71,19 +71,16 @@ class QwenVLConfig:
     video_token_id: int = 151656
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
-    backend: str = "pil"  # one of BACKENDS
+    processor: str = "pil"  # which transformers class: one of PROCESSORS
 
 
-def config_from_hf(preprocessor: dict, config: dict) -> QwenVLConfig:
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> QwenVLConfig:
     """Resolve the knobs from the checkpoint's two JSON files (HF class defaults fill gaps)."""
     d = QwenVLConfig()
     g = hf_keys.get
-    for name in ("do_resize", "do_convert_rgb"):
-        if not hf_keys.flag(preprocessor, name, True):
-            raise hf_keys.ConfigError(f"{name}=false is not supported for the Qwen-VL family")
+    hf_keys.refuse_false(preprocessor, "Qwen-VL", "do_resize", "do_convert_rgb")
     min_pixels, max_pixels = hf_keys.pixel_bounds(preprocessor, d.min_pixels, d.max_pixels)
-    text = config.get("text_config") or {}
-    ids = {k: g(config, k, default=g(text, k, default=getattr(d, k))) for k in (
+    ids = {k: hf_keys.token_id(config, k, default=getattr(d, k)) for k in (
         "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
     return QwenVLConfig(
         model_type=str(config.get("model_type") or d.model_type),
@@ -93,13 +90,9 @@ def config_from_hf(preprocessor: dict, config: dict) -> QwenVLConfig:
         merge_size=hf_keys.as_int(g(preprocessor, "merge_size", default=d.merge_size), "merge_size"),
         min_pixels=min_pixels,
         max_pixels=max_pixels,
-        image_mean=hf_keys.triple(g(preprocessor, "image_mean", "norm_mean", default=d.image_mean), "image_mean"),
-        image_std=hf_keys.triple(g(preprocessor, "image_std", "norm_std", default=d.image_std), "image_std"),
-        rescale_factor=float(g(preprocessor, "rescale_factor", default=d.rescale_factor)),
-        do_rescale=hf_keys.flag(preprocessor, "do_rescale", True),
-        do_normalize=hf_keys.flag(preprocessor, "do_normalize", True),
+        **hf_keys.normalization(preprocessor, d.image_mean, d.image_std),
         resample=hf_keys.resample(preprocessor, d.resample),
-        **{k: hf_keys.as_int(v, k) for k, v in ids.items()},
+        **ids,
     )
 
 
@@ -108,16 +101,24 @@ def matches(preprocessor: dict, config: dict) -> bool:
         preprocessor.get("image_processor_type", "")).startswith("Qwen2VLImageProcessor")
 
 
-class QwenVL(Family):
+class Grid(NamedTuple):
+    """The image's patch grid: temporal x rows x columns of patch_size patches."""
+
+    t: int
+    h: int
+    w: int
+
+
+class QwenVL(Family[Grid]):
     name = "qwen_vl"
     reference_processor = "Qwen2VLImageProcessorPil"
     uses_mrope = True
-    backends = BACKENDS
+    processors = PROCESSORS
 
     def __init__(self, config: QwenVLConfig):
-        if config.backend not in BACKENDS:
-            raise hf_keys.ConfigError(f"unknown Qwen-VL backend {config.backend!r} (one of {', '.join(BACKENDS)})")
-        self.torchvision = config.backend == "torchvision"
+        if config.processor not in PROCESSORS:
+            raise hf_keys.ConfigError(f"unknown Qwen-VL processor {config.processor!r} (one of {', '.join(PROCESSORS)})")
+        self.torchvision = config.processor == "torchvision"
         if self.torchvision and config.resample not in resample_tv.PIL_FILTER_MODES:
             raise hf_keys.ConfigError(
                 f"resample={config.resample} has no torchvision equivalent for tensors (Qwen2VLImageProcessor fails)")
@@ -133,11 +134,11 @@ class QwenVL(Family):
         lut = normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut
         self._lut = lut(config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
 
-    def with_backend(self, backend: str) -> "QwenVL":
-        """The same checkpoint reproducing the other transformers class."""
-        return self if backend == self.config.backend else QwenVL(replace(self.config, backend=backend))
+    def with_processor(self, processor: str) -> "QwenVL":
+        super().with_processor(processor)
+        return self if processor == self.config.processor else QwenVL(replace(self.config, processor=processor))
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan:
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config
         try:
             h, w = smart_resize(height, width, self.factor, c.min_pixels, c.max_pixels)
@@ -145,10 +146,11 @@ class QwenVL(Family):
             raise invalid(f"{height}x{width} image: {e}", item=item) from None
         if h <= 0 or w <= 0:
             raise invalid(f"{height}x{width} image resizes to {h}x{w}", item=item)
-        gh, gw = h // c.patch_size, w // c.patch_size
-        return ItemPlan((h, w), (gh * gw, self.row_width), (1, gh, gw))
+        grid = Grid(1, h // c.patch_size, w // c.patch_size)
+        tokens = Expansion.repeat(self.image_token_id, grid.t * grid.h * grid.w // c.merge_size**2)
+        return ItemPlan((h, w), (grid.h * grid.w, self.row_width), grid, tokens)
 
-    def process_item(self, image: DecodedImage, plan: ItemPlan, out: np.ndarray) -> ProcessedItem:
+    def process_item(self, image: DecodedImage, plan: ItemPlan[Grid], out: np.ndarray) -> Aux:
         c = self.config
         h, w = plan.resized_size
         if self.torchvision:
@@ -161,18 +163,13 @@ class QwenVL(Family):
                 image.pixels, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out
             )
         t, gh, gw = plan.geometry
-        aux = {
+        return {
             "image_grid_thw": np.array([[t, gh, gw]], dtype=np.int64),
             "patches_per_image": np.array([t * gh * gw], dtype=np.int64),
         }
-        return ProcessedItem(out, aux, plan.geometry, plan.resized_size)
 
-    def expansion(self, item: ProcessedItem) -> Expansion:
-        t, gh, gw = item.geometry
-        return Expansion.repeat(self.image_token_id, t * gh * gw // self.config.merge_size**2)
-
-    def positions(self, applied: AppliedLayout, items: list[ProcessedItem]):
-        spans = [(off, n, it.geometry) for (off, n), it in zip(applied.structural_ranges, items)]
+    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[Grid]]) -> MRope:
+        spans = [(off, n, p.geometry) for (off, n), p in zip(applied.structural_ranges, plans)]
         return mrope_positions(len(applied.input_ids), spans, self.config.merge_size)
 
     def token_ids(self) -> dict[str, int]:
@@ -188,8 +185,4 @@ class QwenVL(Family):
         resample_pil.warmup()
         if self.torchvision:
             resample_tv.warmup()
-        rng = np.random.default_rng(0)
-        for size in ((37, 53), (300, 40), (40, 300)):
-            img = DecodedImage(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB", "PNG")
-            plan = self.plan(*size, item=0)
-            self.process_item(img, plan, np.empty(plan.feature_shape, np.float32))
+        self.run_batches([(37, 53)], [(300, 40)], [(40, 300)])

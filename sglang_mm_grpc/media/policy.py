@@ -35,6 +35,10 @@ def _normalize_domain(domain: str) -> str:
     return host
 
 
+#: Images (media items) in one request, unless configured otherwise.
+DEFAULT_MAX_IMAGES = 64
+
+
 @dataclass(frozen=True)
 class FetchPolicy:
     """Limits and permissions for turning image sources into bytes.
@@ -49,7 +53,7 @@ class FetchPolicy:
     allowed_local_media_path: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
     allow_private_hosts: bool = False
-    max_items: int = 64
+    max_items: int = DEFAULT_MAX_IMAGES
     request_byte_budget: int = 1_342_177_280  # 1.25 GiB
     max_remote_bytes: int = 64 << 20
     fetch_timeout_s: float = field(default_factory=env_fetch_timeout)

@@ -34,10 +34,10 @@ def test_process_item_writes_its_whole_slot(model):
 
 
 def test_a_lone_image_batch_is_not_zeroed_but_padding_is():
-    """The padding families' batches: zeros exactly where no slot reaches."""
+    """Batches are zeroed exactly where no slot reaches (padding), never when slots cover them."""
     from sglang_mm_grpc.driver import _new_batch
 
-    lone = _new_batch((1, 5, 3, 4, 4), [(0, slice(0, 5))], pads=True)
+    lone = _new_batch((1, 5, 3, 4, 4), [(0, slice(0, 5))])
     assert lone.shape == (1, 5, 3, 4, 4)
-    padded = _new_batch((2, 5, 3, 4, 4), [(0, slice(0, 5)), (1, slice(0, 3))], pads=True)
+    padded = _new_batch((2, 5, 3, 4, 4), [(0, slice(0, 5)), (1, slice(0, 3))])
     assert not padded.any()

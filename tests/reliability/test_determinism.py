@@ -80,7 +80,7 @@ def test_equal_to_in_process(servers):
     with grpc.insecure_channel(servers[1].target, options=procs.CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.MultimodalPreprocessorStub(ch)
         for model in MODELS:
-            out = Preprocessor.from_model(model, threads=1, cache_bytes=0).preprocess(IMAGES)
+            out = Preprocessor.from_model(model, cache_bytes=0).preprocess(IMAGES)
             resp = stub.Preprocess(
                 pb.PreprocessRequest(model=model, images=[pb.MediaItem(data=x) for x in IMAGES], backend=pb.BACKEND_SGLANG),
                 timeout=60,

@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 
 import imagegen
-from conftest import PIXTRAL, QWEN2, start_server
+from servers import Server
+from service_support import PIXTRAL, QWEN2
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.client import Client, payload_arrays
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    proc, target = start_server(
+    proc = Server(
         tmp_path_factory.mktemp("resample"), "--resample", "torchvision",
         models=[QWEN2, f"{QWEN2}@pil", PIXTRAL], name="resample",
     )
-    yield target
+    yield proc.target
     proc.stop()
 
 
@@ -37,7 +38,7 @@ def test_list_models_names_the_reference(target):
 def test_served_pixels_are_the_torchvision_backend(target):
     raws = [imagegen.png(300, 500, seed=4), imagegen.jpeg(480, 640, seed=5)]
     want = {
-        QWEN2: Preprocessor.from_model(QWEN2, resample="torchvision").preprocess(raws).pixel_values,
+        QWEN2: Preprocessor.from_model(QWEN2, processor="torchvision").preprocess(raws).pixel_values,
         f"{QWEN2}@pil": Preprocessor.from_model(QWEN2).preprocess(raws).pixel_values,
     }
     with Client(target) as client:
