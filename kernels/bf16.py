@@ -1,4 +1,4 @@
-"""bfloat16 as torch's CPU makes it, for processors that compute in bf16 (Llama 4).
+"""bfloat16 as torch's CPU makes it, for processors that compute in bf16.
 
 A bf16 value is the top half of a float32. torch rounds float32 -> bf16 to nearest,
 ties to even, on the bit pattern (``(bits + 0x7FFF + lsb) >> 16``), so overflow goes
@@ -52,7 +52,8 @@ def round_bf16(x) -> np.ndarray:
 def bf16_backend_lut(
     mean, std, rescale_factor: float = 1 / 255, do_rescale: bool = True, do_normalize: bool = True
 ) -> np.ndarray:
-    """float32 [3, 256]: transformers' Llama 4 ``rescale_and_normalize`` of each uint8 value.
+    """float32 [3, 256]: bfloat16 rescale+normalize of each uint8 value as torch's CPU
+    computes it (transformers' torchvision-backend ``rescale_and_normalize`` in bf16).
 
     With both steps on, every op rounds to bf16 (the values are bf16; the HF output dtype
     is bfloat16): ``r = bf16(float(bf16(x)) * float32(factor))`` (torch multiplies a bf16
@@ -67,7 +68,7 @@ def bf16_backend_lut(
     x = np.arange(256, dtype=np.float32)
     lut = np.empty((3, 256), dtype=np.float32)
     if do_normalize and not do_rescale:
-        raise ValueError("normalize without rescale is not supported by the Llama 4 processor (uint8 input)")
+        raise ValueError("normalize without rescale is not supported in bfloat16 (a uint8 input is not a float tensor)")
     for c in range(3):
         if do_rescale and do_normalize:
             m = round_bf16(np.float32(mean[c % len(mean)]))

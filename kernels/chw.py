@@ -1,7 +1,7 @@
 """Normalize + HWC->CHW relayout, writing each output element once.
 
-The common tail of CLIP-style processors (LLaVA, LLaVA-NeXT, Pixtral, ...): after the
-uint8 resize/crop/pad, each pixel becomes ``lut[c, value]`` at ``out[c, y, x]``, computed
+The common tail of processors that resize, crop and pad in uint8 and then rescale and
+normalize: after the uint8 resize/crop/pad, each pixel becomes ``lut[c, value]`` at ``out[c, y, x]``, computed
 by ``normalize.normalize_row`` (vectorized arithmetic proven equal to the table, or the
 table itself). ``out`` may be a view into a larger batch tensor (e.g. one tile of
 pixel_values).

@@ -73,8 +73,8 @@ def torchvision_backend_lut(
 
 
 # Rescale factors tried when fitting: the HF default as a float64 product (PIL backend,
-# ToTensor's division gives the same values) and as a float32 one (torchvision backend,
-# Llama 4), and none. A table made with another factor is served by lookup.
+# ToTensor's division gives the same values) and as a float32 one (torchvision backend),
+# and none. A table made with another factor is served by lookup.
 _RESCALES = (1 / 255, float(np.float32(1 / 255)), 1.0)
 _ULPS = 6  # neighbours tried on each side of the estimated mean and std
 

@@ -1,6 +1,7 @@
-"""Fused normalize + Qwen patchify after a Pillow-exact resize.
+"""Fused normalize + patchify into merge-block-major patch rows after a Pillow-exact resize.
 
-The resize produces a small uint8 image (an eighth of the output's bytes for Qwen).
+The resize produces a small uint8 image (an eighth of the output's bytes with two
+temporal copies: 3 bytes per pixel in, 2 x 3 float32 out).
 Per band of ``merge`` grid rows, each image row is normalized once by
 ``normalize.normalize_row`` (vectorized arithmetic proven equal to the table, or the
 table itself) into planar rows that stay in cache; the output rows, which for a band
@@ -77,7 +78,8 @@ def resize_normalize_patchify(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """uint8 [H, W, 3] (or RGBX [H, W, 4], see ``resample_pil.resize_rgb``) -> float32
-    [gh*gw, 3*temporal*patch*patch] in HF Qwen2-VL order.
+    [gh*gw, 3*temporal*patch*patch], rows merge-block-major and columns (c, t, py, px) as
+    in ``lut_patchify``.
 
     ``out_h``/``out_w`` must be multiples of ``patch*merge``. ``out`` may be a slot of a
     larger preallocated batch tensor so the rows land in place.

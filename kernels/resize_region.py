@@ -7,8 +7,8 @@ window's rows and columns of the coefficient tables, in the pass order Pillow 13
 for the *full* sizes, gives exactly the window of the full resize, at the window's cost
 (a 1x2000 image resized to 336x672000 and cropped to 336x336 stays cheap).
 
-LLaVA's square padding pads with a colour before resizing. Instead of building the
-canvas, the horizontal pass reads it virtually: taps on the padding contribute
+An input padded to a square with a colour before resizing is not built either: the
+horizontal pass reads the canvas virtually. Taps on the padding contribute
 ``colour * k``, summed once per output column, and rows that are all padding are one
 row computed once. Integer sums are exact in any order, so this equals Pillow on the
 materialised canvas.

@@ -1,6 +1,6 @@
 """torchvision.transforms ``ToTensor()`` + ``Normalize(mean, std)`` as a 256-entry table.
 
-Remote-code processors (Phi-3-vision) normalize with the classic transforms rather than
+Some remote-code processors normalize with the classic transforms rather than
 transformers' backends: ``ToTensor`` divides by 255 in float32 (not a multiply by
 1/255 in float64 as the PIL backend, nor the fused statistics of the torchvision
 backend), then ``Normalize`` subtracts and divides by float32 mean and std.

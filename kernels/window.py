@@ -1,8 +1,7 @@
 """Crop / pad / tile + normalize + HWC->CHW in one pass.
 
-CLIP-style processors crop (``center_crop``), pad (LLaVA-NeXT's centered black canvas,
-``center_crop`` of a too-small image) and cut tiles in uint8, then rescale and
-normalize. Reading a window of the uint8 image, with a fill value outside it, and
+Many processors crop (``center_crop``), pad (a centered black canvas, ``center_crop``
+of a too-small image) and cut tiles in uint8, then rescale and normalize. Reading a window of the uint8 image, with a fill value outside it, and
 normalizing each row segment with ``normalize.normalize_row`` (vectorized arithmetic
 proven equal to the table, or the table itself) writes every output element once: no
 padded canvas, no cropped copy, no float intermediate.
