@@ -101,3 +101,28 @@ def test_directory_without_preprocessor_config(tmp_path):
     with pytest.raises(PreprocessError) as e:
         Preprocessor.from_model(str(tmp_path))
     assert "preprocessor_config.json" in e.value.message
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_family_reads_norm_mean_and_norm_std(preset, tmp_path):
+    """``norm_mean``/``norm_std`` (some checkpoints' spelling) mean what ``image_mean`` /
+    ``image_std`` mean, in every family: same resolved config, same cache key."""
+    src = resolve(preset)
+    pre = dict(src.preprocessor_config)
+    mean, std = (0.25, 0.5, 0.75), (0.5, 0.25, 0.125)
+    spelled = {**pre, "image_mean": list(mean), "image_std": list(std)}
+    renamed = {k: v for k, v in spelled.items() if k not in ("image_mean", "image_std")}
+    renamed.update(norm_mean=list(mean), norm_std=list(std))
+    fingerprints = []
+    for name, variant in (("image", spelled), ("norm", renamed)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "preprocessor_config.json").write_text(json.dumps(variant))
+        (d / "config.json").write_text(json.dumps(src.config))
+        if src.processor_config:
+            (d / "processor_config.json").write_text(json.dumps(src.processor_config))
+        family = Preprocessor.from_model(str(d)).family
+        knobs = getattr(family.config, "image", family.config)  # LLaVA keeps its CLIP knobs apart
+        assert (knobs.image_mean, knobs.image_std) == (mean, std)
+        fingerprints.append(family.fingerprint())
+    assert fingerprints[0] == fingerprints[1]
