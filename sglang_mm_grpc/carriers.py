@@ -23,8 +23,6 @@ class DecodedImage:
     """
 
     pixels: np.ndarray  # uint8 [H, W, 3] or RGBX [H, W, 4]
-    source_mode: str  # Pillow mode before conversion (e.g. "RGB", "P", "CMYK")
-    format: str  # Pillow format name (e.g. "JPEG")
 
     @property
     def rgb(self) -> np.ndarray:

@@ -133,4 +133,4 @@ class Family(Generic[G]):
             batch = np.zeros(shape, np.float32)
             for (h, w), plan, slot in zip(sizes, plans, slots):
                 rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-                self.process_item(DecodedImage(rgb, "RGB", "PNG"), plan, batch[slot])
+                self.process_item(DecodedImage(rgb), plan, batch[slot])

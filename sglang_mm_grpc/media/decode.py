@@ -83,7 +83,6 @@ def decode_image(
         )
     if _wider_than_8_bits(im):
         raise invalid(f"{fmt} image in mode {im.mode} has more than 8 bits per sample; send an 8-bit image", item=item)
-    source_mode = im.mode
     try:
         im.load()
         if im.getexif().get(_ORIENTATION, 1) in range(2, 9):
@@ -93,7 +92,7 @@ def decode_image(
         raise
     except Exception as e:
         raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
-    return DecodedImage(pixels, source_mode, fmt)
+    return DecodedImage(pixels)
 
 
 def _pillow_bomb_limit_at_least(max_pixels: int) -> None:
