@@ -7,8 +7,11 @@ also runnable on its own: ``python -m sglang_mm_grpc.cli_remote serve|preprocess
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import logging
+import math
 import re
 import sys
 from pathlib import Path
@@ -40,40 +43,64 @@ def positive_int(text: str) -> int:
     return value
 
 
+# The serve options that set one ServerConfig field (SERVER_OPTIONS) or one FetchPolicy
+# field (FETCH_OPTIONS), each named by its field: (flag, type, metavar, field, help).
+# "{default}" in a help string is the field's default as defined there (serve_defaults),
+# filled in only when help is shown.
+SERVER_OPTIONS = (
+    ("--host", str, "HOST", "host", "address to listen on (default {default})"),
+    ("--port", int, "PORT", "port", "port (default {default}; 0 picks a free one)"),
+    ("--workers", int, "N", "workers", "CPU worker threads (default: one per core)"),
+    ("--max-receive-bytes", byte_size, "SIZE", "max_receive_bytes", "largest request (default {default})"),
+    ("--max-send-bytes", byte_size, "SIZE", "max_send_bytes", "largest response (default {default})"),
+    ("--store-bytes", byte_size, "SIZE", "store_bytes", "handle store capacity (default {default})"),
+    ("--store-items", int, "N", "store_items", "handles kept at most (default {default})"),
+    ("--handle-ttl", float, "S", "handle_ttl_s", "seconds a handle lives after its last use (default {default})"),
+    ("--cache-bytes", byte_size, "SIZE", "cache_bytes",
+     "preprocessed images kept for repeats, all models together (default {default}; 0 disables)"),
+    ("--grace", float, "S", "grace_s", "seconds in-flight requests get on SIGTERM (default {default})"),
+    ("--max-in-flight", positive_int, "N", "max_in_flight",
+     "Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED at once "
+     "(default: {default})"),
+    ("--metrics-port", int, "PORT", "metrics_port",
+     "serve Prometheus text on http://HOST:PORT/metrics (default: off; 0: off)"),
+)
+FETCH_OPTIONS = (
+    ("--max-images", positive_int, "N", "max_items", "images per request (default {default})"),
+    ("--request-byte-budget", byte_size, "SIZE", "request_byte_budget",
+     "bytes of all of a request's sources together (default {default})"),
+    ("--max-remote-bytes", byte_size, "SIZE", "max_remote_bytes", "largest fetched image (default {default})"),
+    ("--fetch-timeout", float, "S", "fetch_timeout_s",
+     "seconds per fetch, capped by the request deadline (default: $REQUEST_TIMEOUT or {default})"),
+    ("--max-redirects", int, "N", "max_redirects", "redirects followed per fetch (default {default})"),
+    ("--max-concurrent-fetches", positive_int, "N", "max_concurrent_fetches",
+     "fetches in flight across all requests (default {default})"),
+)
+# A ServerConfig field, listed with the image-source options it belongs with.
+DECODE_OPTION = ("--max-image-pixels", positive_int, "N", "max_image_pixels",
+                 "largest width x height decoded, checked from the header (default {default})")
+
+
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
-    """The ``serve`` subcommand. Unset options keep ``ServerConfig``'s defaults (the server
-    module is only imported when serving, so other subcommands stay light)."""
+    """The ``serve`` subcommand. Unset options keep ``ServerConfig``'s and ``FetchPolicy``'s
+    defaults; the help shows them, read from those classes only when help is asked for (the
+    server module imports grpc), so building the parser stays light."""
     p = subparsers.add_parser(
         "serve",
         help="run the gRPC server",
         description="Serve MultimodalPreprocessor (plus gRPC health and reflection).",
+        formatter_class=_ServeHelpFormatter,
     )
-    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default 50061; 0 picks a free one)")
+    _add_options(p, SERVER_OPTIONS[:2])  # host, port
     p.add_argument(
         "--model", dest="models", action="append", default=[], metavar="M",
         help="preset id, model directory, or NAME=DIR (requests then say NAME), optionally "
         "suffixed @pil or @torchvision; repeatable; default: every built-in preset",
     )
     add_resample_argument(p)
-    p.add_argument("--workers", type=int, help="CPU worker threads (default: one per core)")
-    p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE", help="both message limits (default 512MiB)")
-    p.add_argument("--max-receive-bytes", type=byte_size, metavar="SIZE", help="largest request (default 512MiB)")
-    p.add_argument("--max-send-bytes", type=byte_size, metavar="SIZE", help="largest response (default 512MiB)")
-    p.add_argument("--store-bytes", type=byte_size, metavar="SIZE", help="handle store capacity (default 2GiB)")
-    p.add_argument("--store-items", type=int, metavar="N", help="handles kept at most (default 4096)")
-    p.add_argument("--handle-ttl", type=float, metavar="S", help="seconds a handle lives after its last use (default 120)")
-    p.add_argument("--cache-bytes", type=byte_size, metavar="SIZE", help="preprocessed images kept for repeats, all models together (default 1GiB; 0 disables)")
-    p.add_argument("--grace", type=float, metavar="S", help="seconds in-flight requests get on SIGTERM (default 30)")
-    p.add_argument(
-        "--max-in-flight", type=positive_int, metavar="N",
-        help="Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED "
-        "at once (default: 16 per worker, at least 64)",
-    )
-    p.add_argument(
-        "--metrics-port", type=int, metavar="PORT",
-        help="serve Prometheus text on http://HOST:PORT/metrics (default: off; 0: off)",
-    )
+    p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE",
+                   help="both message limits at once (--max-receive-bytes and --max-send-bytes)")
+    _add_options(p, SERVER_OPTIONS[2:])
     f = p.add_argument_group("image sources and their limits (docs/MEDIA.md)")
     f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
     f.add_argument(
@@ -86,13 +113,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
         help="allow loopback/private/link-local/... addresses (trusted networks and tests only)",
     )
-    f.add_argument("--max-images", type=positive_int, metavar="N", help="images per request (default 64)")
-    f.add_argument("--request-byte-budget", type=byte_size, metavar="SIZE", help="bytes of all of a request's sources together (default 1.25GiB)")
-    f.add_argument("--max-remote-bytes", type=byte_size, metavar="SIZE", help="largest fetched image (default 64MiB)")
-    f.add_argument("--fetch-timeout", type=float, metavar="S", help="seconds per fetch, capped by the request deadline (default: $REQUEST_TIMEOUT or 3)")
-    f.add_argument("--max-redirects", type=int, metavar="N", help="redirects followed per fetch (default 10)")
-    f.add_argument("--max-concurrent-fetches", type=positive_int, metavar="N", help="fetches in flight across all requests (default 32)")
-    f.add_argument("--max-image-pixels", type=positive_int, metavar="N", help="largest width x height decoded, checked from the header (default 67108864 = 8192x8192)")
+    _add_options(f, (*FETCH_OPTIONS, DECODE_OPTION))
     p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
@@ -100,6 +121,57 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_serve)
     return p
+
+
+def _add_options(group, options) -> None:
+    for flag, kind, metavar, dest, text in options:
+        group.add_argument(flag, type=kind, metavar=metavar, dest=dest, help=text)
+
+
+class _ServeHelpFormatter(argparse.HelpFormatter):
+    """Puts each option's real default where its help says ``{default}``."""
+
+    def _get_help_string(self, action):
+        text = super()._get_help_string(action)
+        return text.replace("{default}", serve_defaults()[action.dest]) if text and "{default}" in text else text
+
+
+@functools.lru_cache(maxsize=1)
+def serve_defaults() -> dict[str, str]:
+    """Field name -> its default as ``serve --help`` shows it, read from where it is
+    defined: ServerConfig, FetchPolicy, and admission for the in-flight limit."""
+    from .admission import default_max_in_flight
+    from .media.policy import DEFAULT_FETCH_TIMEOUT_S, FetchPolicy
+    from .server import ServerConfig
+
+    values = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
+    values["fetch_timeout_s"] = DEFAULT_FETCH_TIMEOUT_S  # a default_factory ($REQUEST_TIMEOUT or this)
+    shown = {}
+    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, DECODE_OPTION):
+        value = values[name]
+        shown[name] = size_text(value) if kind is byte_size else f"{value:g}" if kind is float else str(value)
+    side = math.isqrt(values["max_image_pixels"])
+    if side * side == values["max_image_pixels"]:
+        shown["max_image_pixels"] += f" = {side}x{side}"
+    shown["max_in_flight"] = _in_flight_rule(default_max_in_flight)
+    return shown
+
+
+def _in_flight_rule(limit) -> str:
+    """``limit(workers)`` in words: "16 per worker, at least 64" when it has that form."""
+    per_worker, floor = limit(1 << 20) >> 20, limit(1)
+    if all(limit(w) == max(floor, per_worker * w) for w in range(1, 257)):
+        return f"{per_worker} per worker, at least {floor}"
+    return ", ".join(f"{limit(w)} with {w} worker{'s' if w > 1 else ''}" for w in (1, 4, 16, 64))
+
+
+def size_text(n: int) -> str:
+    """Bytes in the largest binary unit that keeps at most two decimals, as ``byte_size``
+    reads them back: ``2GiB``, ``1.25GiB``, ``64MiB``, ``1000``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n * 100 % scale == 0:
+            return f"{n / scale:g}{unit}"
+    return str(n)
 
 
 def add_resample_argument(p, where: str = "") -> None:
@@ -121,33 +193,22 @@ def run_serve(args) -> int:
             allowed_local_media_path=args.allowed_local_media_path,
             allowed_media_domains=_domains(args.allowed_media_domains),
             allow_private_hosts=args.allow_private_hosts or None,
-            max_items=args.max_images,
-            request_byte_budget=args.request_byte_budget,
-            max_remote_bytes=args.max_remote_bytes,
-            fetch_timeout_s=args.fetch_timeout,
-            max_redirects=args.max_redirects,
-            max_concurrent_fetches=args.max_concurrent_fetches,
+            **_fields(args, FETCH_OPTIONS),
         ))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.max_message_bytes:
+        args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        resample=args.resample,
-        max_image_pixels=args.max_image_pixels,
-        cache_bytes=args.cache_bytes,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        max_receive_bytes=args.max_message_bytes or args.max_receive_bytes,
-        max_send_bytes=args.max_message_bytes or args.max_send_bytes,
-        store_bytes=args.store_bytes,
-        store_items=args.store_items,
-        handle_ttl_s=args.handle_ttl,
-        grace_s=args.grace,
-        max_in_flight=args.max_in_flight,
-        metrics_port=args.metrics_port,
+        processor=args.resample, **_fields(args, (*SERVER_OPTIONS, DECODE_OPTION)),
     ))
     return run(config)
+
+
+def _fields(args, options) -> dict:
+    """The values of ``options`` (rows of SERVER_OPTIONS, ...) by field name."""
+    return {dest: getattr(args, dest) for _, _, _, dest, _ in options}
 
 
 def _domains(values) -> list[str] | None:
