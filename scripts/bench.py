@@ -1,9 +1,586 @@
 #!/usr/bin/env python3
-"""Benchmark entry point; same as `sglang-mm-grpc bench` (see sglang_mm_grpc/bench.py)."""
+"""Benchmarks, side by side with the HF processors and the cost floor, in one run.
 
+    python scripts/bench.py [--quick] [--json out.json] [--chart out.png]
+
+Run from a checkout with the package installed (``pip install -e '.[test,bench]'``). It
+is not part of the package: it times the HF processors (transformers, and torch for the
+torchvision ones, when installed) and draws with matplotlib, which the service never needs.
+
+Sections (each prints its table; all numbers are medians of repeated runs):
+  inprocess  per model and image: Pillow decode, writing the output once (a fresh
+             tensor), ours, ours after decode, HF's PIL and torchvision processors
+             (when installed); ratios ours/floor and HF/ours. One thread.
+  server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
+             what gRPC alone takes to move a payload of that size; throughput of
+             two-phase and Preprocess-only flows from 8 concurrent clients (in two
+             processes) with the server on 1 core vs 2 cores.
+  startup    time to SERVING with a cold numba cache, then with a warm one (5 fresh
+             servers); 1st vs 10th request after SERVING (medians over those servers).
+  cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
+  memory     peak RSS a request adds vs the size of its output tensors (in a fresh
+             process whose malloc maps every block of 128 KiB or more afresh and
+             unmaps it on free, so the peak counts every buffer alive at once
+             rather than what a warm heap happens to hold).
+Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
+This process tunes glibc malloc as ``serve`` does (``allocator.py``), so tensors are
+reused rather than faulted in afresh, for the floor and for ours alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from sglang_mm_grpc.bench import main
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGES = ["640x480", "1280x720", "1920x1080", "4032x3024", "2560x1440:png"]
+MODELS = ["Qwen/Qwen2-VL-7B-Instruct", "llava-hf/llava-v1.6-mistral-7b-hf", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+
+def make_image(spec: str) -> bytes:
+    """``WxH`` (JPEG q90) or ``WxH:png``: smooth content with sensor-like noise."""
+    dims, _, fmt = spec.partition(":")
+    w, h = map(int, dims.split("x"))
+    rng = np.random.default_rng(w * 31 + h)
+    y = np.linspace(0, 1, h, dtype=np.float32)[:, None, None]
+    x = np.linspace(0, 1, w, dtype=np.float32)[None, :, None]
+    a = 127.5 + 100 * np.sin(7 * x + 5 * y + rng.uniform(0, 6.28, (1, 1, 3)).astype(np.float32))
+    a = np.clip(a + 12 * rng.standard_normal((h, w, 3), dtype=np.float32), 0, 255).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(a).save(b, "PNG" if fmt == "png" else "JPEG", **({} if fmt == "png" else {"quality": 90}))
+    return b.getvalue()
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+# -- references -------------------------------------------------------------------------
+
+
+def _hf_processors(model: str):
+    """(PIL-backend, torchvision-backend) HF image processors for a preset, each or None."""
+    try:
+        import logging
+
+        import transformers
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+    except ImportError:
+        return None, None
+    from sglang_mm_grpc.config import resolve
+
+    src = resolve(model)
+    cfg = {k: v for k, v in src.preprocessor_config.items() if k not in ("processor_class",)}
+    kind = str(cfg.pop("image_processor_type", "")).removesuffix("Fast").removesuffix("Pil")
+    if not kind:
+        return None, None
+    pil = getattr(transformers, kind + "Pil", None)
+    tv = getattr(transformers, kind, None)
+    try:
+        import torch
+        import torchvision  # noqa: F401
+
+        torch.set_num_threads(1)  # one thread, like ours
+    except ImportError:
+        tv = None
+
+    def build(cls):
+        try:
+            return cls(**cfg) if cls is not None else None
+        except Exception:
+            return None
+
+    return build(pil), build(tv)
+
+
+def _run_hf(proc, raw: bytes, tensors: str = "np"):
+    return proc(ImageOps.exif_transpose(Image.open(io.BytesIO(raw))), return_tensors=tensors)
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+def bench_inprocess(models, images, repeat) -> list[dict]:
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc.config import preset_names
+    from sglang_mm_grpc.media.decode import decode_image
+
+    rows = []
+    for model in models:
+        if model not in preset_names():
+            print(f"  (skipping {model}: not a preset here)")
+            continue
+        pp = Preprocessor.from_model(model, cache_bytes=0)
+        pp.warmup()
+        hf_pil, hf_tv = _hf_processors(model)
+        for spec in images:
+            raw = make_image(spec)
+            out = pp.preprocess([raw])
+            shape = out.pixel_values.shape
+            img = decode_image(raw, item=0)
+            plan = pp.family.plan(img.height, img.width, 0)
+            bshape, slots = pp.family.batch_shape([plan])
+            buf = np.zeros(bshape, np.float32)
+
+            def decode():
+                im = Image.open(io.BytesIO(raw))
+                im.load()
+                if im.mode != "RGB":
+                    im.convert("RGB")
+
+            row = {
+                "model": model, "image": spec, "bytes": len(raw), "output": list(shape),
+                "decode_ms": median_ms(decode, repeat),
+                "write_ms": median_ms(lambda: np.empty(shape, np.float32).fill(1.0), repeat),
+                "ours_ms": median_ms(lambda: pp.preprocess([raw]), repeat),
+                "post_decode_ms": median_ms(lambda: pp.family.process_item(img, plan, buf[slots[0]]), repeat),
+            }
+            slow = max(3, repeat // 4)
+            if hf_pil is not None:
+                row["hf_pil_ms"] = median_ms(lambda: _run_hf(hf_pil, raw), slow)
+            if hf_tv is not None:
+                # torch tensors, its native output (numpy has no bfloat16 for Llama 4)
+                row["hf_tv_ms"] = median_ms(lambda: _run_hf(hf_tv, raw, "pt"), slow)
+            row["floor_ms"] = row["decode_ms"] + row["write_ms"]
+            row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
+            for k in ("hf_pil", "hf_tv"):
+                if f"{k}_ms" in row:
+                    row[f"speedup_vs_{k}"] = row[f"{k}_ms"] / row["ours_ms"]
+                    # the most any preprocessing after the same Pillow decode could reach
+                    row[f"{k}_over_decode"] = row[f"{k}_ms"] / row["decode_ms"]
+            rows.append(row)
+            print(_inprocess_line(row), flush=True)
+    return rows
+
+
+INPROCESS_HEADER = (f"{'model':<26} {'image':<14} {'decode':>7} {'write':>6} {'ours':>7} {'post':>6} "
+                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6}")
+
+
+def _inprocess_line(r: dict) -> str:
+    def f(key, width, fmt="{:.1f}"):
+        return (fmt.format(r[key]) if key in r else "-").rjust(width)
+
+    return (f"{r['model'].split('/')[-1][:26]:<26} {r['image']:<14} {f('decode_ms', 7)} {f('write_ms', 6)} "
+            f"{f('ours_ms', 7)} {f('post_decode_ms', 6, '{:.2f}')} {f('hf_pil_ms', 7)} {f('hf_tv_ms', 7)} "
+            f"{f('ours_over_floor', 7, '{:.2f}x')} {f('speedup_vs_hf_pil', 6, '{:.1f}x')} {f('speedup_vs_hf_tv', 6, '{:.1f}x')}")
+
+
+class _Server:
+    """A server subprocess on a free 127.0.0.1 port, optionally pinned to some cores."""
+
+    def __init__(self, *args: str, cores: str | None = None, env: dict | None = None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.target = f"127.0.0.1:{self.port}"
+        argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), *args, "--log-level", "WARNING"]
+        if cores and shutil.which("taskset"):
+            argv = ["taskset", "-c", cores, *argv]
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait_serving(self, timeout: float = 300) -> float:
+        from sglang_mm_grpc.client import Client
+
+        with Client(self.target) as c:
+            c.wait_until_serving(timeout)
+        return time.perf_counter() - self.t0
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _two_phase(client, raw: bytes, backend: str = "vllm"):
+    r = client.preprocess(SERVER_MODEL, [raw])
+    client.assemble(r.handle, backend, release=True)
+
+
+def _assemble_bytes(client):
+    """Assemble returning the response bytes unparsed: a router forwards the payload, so
+    the load generator does not spend the CPU it shares with the server on parsing it."""
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+    call = client._channel.unary_unary(
+        "/sglang_mm.v1.MultimodalPreprocessor/Assemble", request_serializer=pb.AssembleRequest.SerializeToString
+    )
+    return lambda handle: call(pb.AssembleRequest(handle=handle, backend=pb.BACKEND_VLLM, release=True), timeout=60)
+
+
+def _blob_server(port: int, nbytes: int, ready) -> None:
+    """A gRPC server whose one method answers any request with ``nbytes`` bytes."""
+    import asyncio
+
+    import grpc
+
+    async def serve():
+        blob = bytes(nbytes)
+
+        async def send(_request, _context):
+            return blob
+
+        handler = grpc.unary_unary_rpc_method_handler(send)
+        server = grpc.aio.server(options=[("grpc.max_send_message_length", 1 << 30)])
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("blob.Blob", {"Get": handler}),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def transport_ms(nbytes: int, repeat: int) -> float:
+    """Median time to receive ``nbytes`` in one unary gRPC response over 127.0.0.1 with
+    nothing else done: what moving a payload of that size costs at the least."""
+    import multiprocessing
+
+    import grpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_blob_server, args=(port, nbytes, ready), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("the transport probe server did not start")
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 1 << 30)]) as ch:
+            get = ch.unary_unary("/blob.Blob/Get")
+            return median_ms(lambda: get(b""), repeat)
+    finally:
+        proc.terminate()
+        proc.join(10)
+
+
+def bench_server(repeat: int, seconds: float) -> dict:
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc.assemble import assemble as build_payload
+    from sglang_mm_grpc.client import Client
+
+    raw = make_image("1280x720")
+    pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
+    pp.warmup()
+    inproc = median_ms(lambda: pp.preprocess([raw]), repeat)
+    payload = build_payload(pp.preprocess([raw]), "vllm", pp.field_layout).ByteSize()
+    out: dict = {"image": "1280x720", "inprocess_ms": inproc, "payload_bytes": payload,
+                 "transport_ms": transport_ms(payload, repeat)}
+    srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0")
+    try:
+        srv.wait_serving()
+        with Client(srv.target) as c:
+            out["p50_ms"] = median_ms(lambda: _two_phase(c, raw), repeat)
+            out["one_shot_p50_ms"] = median_ms(lambda: c.preprocess(SERVER_MODEL, [raw], backend="vllm"), repeat)
+    finally:
+        srv.stop()
+    out["p50_over_inprocess"] = out["p50_ms"] / inproc
+    print(f"  Preprocess+Assemble(vLLM) p50 {out['p50_ms']:.1f} ms vs in-process {inproc:.1f} ms "
+          f"= {out['p50_over_inprocess']:.2f}x (one call with backend set: {out['one_shot_p50_ms']:.1f} ms); "
+          f"gRPC alone moves the {payload / 1e6:.1f} MB payload in {out['transport_ms']:.1f} ms", flush=True)
+    for cores, workers in (("0", 1), ("0,1", 2)):
+        srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0", "--workers", str(workers), cores=cores)
+        try:
+            srv.wait_serving()
+            for flow, assemble in (("two_phase", True), ("preprocess", False)):
+                t = out[f"throughput_{flow}_{workers}core"] = _throughput(srv, raw, 8, seconds, assemble)
+                print(f"  8 clients, server on {workers} core(s), {flow.replace('_', '-')}: {t['rps']:.1f} flows/s, "
+                      f"server busy {t['server_cores_busy']:.2f} cores", flush=True)
+        finally:
+            srv.stop()
+    for flow in ("two_phase", "preprocess"):
+        ratio = out[f"scaling_{flow}"] = out[f"throughput_{flow}_2core"]["rps"] / out[f"throughput_{flow}_1core"]["rps"]
+        print(f"  {flow.replace('_', '-')}: 2 cores / 1 core = {ratio:.2f}x", flush=True)
+    print(f"  (the clients run on the same 2 cores; two-phase moves {payload / 1e6:.1f} MB per flow through gRPC)",
+          flush=True)
+    return out
+
+
+def _client_process(target: str, raw: bytes, threads: int, seconds: float, assemble: bool, ready, start, results) -> None:
+    """``threads`` closed-loop clients in one process: puts None on ``ready`` once warm,
+    runs ``seconds`` after ``start``, then puts the number of flows done on ``results``."""
+    from sglang_mm_grpc.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.client import Client
+
+    tune_for_large_tensors()
+    counts = [0] * threads
+
+    def flow(c, assemble_bytes) -> None:
+        handle = c.preprocess(SERVER_MODEL, [raw]).handle
+        if assemble:
+            assemble_bytes(handle)
+        else:
+            c.release(handle)
+
+    clients = [Client(target) for _ in range(threads)]
+    calls = [_assemble_bytes(c) for c in clients]
+    for c, assemble_bytes in zip(clients, calls):
+        flow(c, assemble_bytes)  # connect and warm outside the window
+    ready.put(None)
+
+    def worker(i: int, stop: float) -> None:
+        while time.perf_counter() < stop:
+            flow(clients[i], calls[i])
+            counts[i] += 1
+
+    start.wait()
+    stop = time.perf_counter() + seconds
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(worker, range(threads), [stop] * threads))
+    for c in clients:
+        c.close()
+    results.put(sum(counts))
+
+
+def _throughput(srv: "_Server", raw: bytes, clients: int, seconds: float, assemble: bool) -> dict:
+    """Closed-loop flows per second from ``clients`` clients in two processes (one Python
+    process cannot drive a server that fast), and how many cores the server kept busy."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, results = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_client_process,
+                         args=(srv.target, raw, clients // 2, seconds, assemble, ready, start, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    server_cpu0, t0 = srv.cpu_s(), time.perf_counter()
+    start.set()
+    flows = sum(results.get(timeout=seconds + 120) for _ in procs)
+    wall = time.perf_counter() - t0
+    server_cores = (srv.cpu_s() - server_cpu0) / wall
+    for p in procs:
+        p.join(30)
+    return {"rps": flows / wall, "server_cores_busy": server_cores}
+
+
+def bench_startup(servers: int = 5) -> dict:
+    """Cold start once; then ``servers`` warm starts, each timing its first ten requests
+    (medians over the servers: one server's 1st request is a single noisy sample)."""
+    from sglang_mm_grpc.client import Client
+
+    raw = make_image("1280x720")
+    out: dict = {"warm_servers": servers}
+    warm, first, tenth, first_in, tenth_in = [], [], [], [], []
+    with tempfile.TemporaryDirectory() as cache:
+        env = {"NUMBA_CACHE_DIR": cache}
+        srv = _Server(env=env)
+        try:
+            out["serving_cold_s"] = srv.wait_serving()
+        finally:
+            srv.stop()
+        for _ in range(servers):
+            srv = _Server(env=env)
+            try:
+                warm.append(srv.wait_serving())
+                with Client(srv.target) as c:
+                    c.list_models()  # connected
+                    times, server_ms = [], []
+                    for k in range(10):
+                        fresh = raw[:-2] + bytes([k, 0xD9])  # new bytes each time: no cache hits
+                        t0 = time.perf_counter()
+                        r = c.preprocess(SERVER_MODEL, [fresh])
+                        c.assemble(r.handle, "vllm", release=True)
+                        times.append((time.perf_counter() - t0) * 1e3)
+                        server_ms.append(r.timings.total_ms)
+            finally:
+                srv.stop()
+            first.append(times[0])
+            tenth.append(times[-1])
+            first_in.append(server_ms[0])
+            tenth_in.append(server_ms[-1])
+    med = statistics.median
+    out["serving_warm_s"] = med(warm)
+    out["first_request_ms"], out["tenth_request_ms"] = med(first), med(tenth)
+    out["first_preprocess_server_ms"], out["tenth_preprocess_server_ms"] = med(first_in), med(tenth_in)
+    print(f"  SERVING (all presets): cold numba cache {out['serving_cold_s']:.1f} s, warm {out['serving_warm_s']:.1f} s; "
+          f"Preprocess+Assemble of new 1280x720 images, medians over {servers} fresh servers: "
+          f"1st {out['first_request_ms']:.1f} ms, 10th {out['tenth_request_ms']:.1f} ms (Preprocess inside the "
+          f"server: {out['first_preprocess_server_ms']:.1f} vs {out['tenth_preprocess_server_ms']:.1f} ms)", flush=True)
+    return out
+
+
+def bench_cache(repeat: int) -> dict:
+    from sglang_mm_grpc.client import Client
+
+    srv = _Server("--model", SERVER_MODEL)
+    out = {"image": "1920x1080"}
+    try:
+        srv.wait_serving()
+        with Client(srv.target) as c:
+            c.preprocess(SERVER_MODEL, [make_image("640x480")])  # connection warm-up
+            firsts, repeats = [], []
+            for k in range(max(3, repeat // 3)):
+                raw = make_image("1920x1080")[:-2] + bytes([k, 0xD9])  # new bytes: a miss
+                for times in (firsts, repeats, repeats, repeats):
+                    t0 = time.perf_counter()
+                    handle = c.preprocess(SERVER_MODEL, [raw]).handle
+                    times.append((time.perf_counter() - t0) * 1e3)
+                    c.release(handle)
+    finally:
+        srv.stop()
+    out["first_ms"], out["repeat_ms"] = statistics.median(firsts), statistics.median(repeats)
+    out["repeat_fraction"] = out["repeat_ms"] / out["first_ms"]
+    print(f"  repeated 1920x1080 through the server: first {out['first_ms']:.1f} ms, repeat {out['repeat_ms']:.2f} ms "
+          f"= {100 * out['repeat_fraction']:.1f}%", flush=True)
+    return out
+
+
+_MEMORY_PROBE = """
+import gc, sys
+from pathlib import Path
+from sglang_mm_grpc import Preprocessor
+sys.path.insert(0, sys.argv[3])  # this script's directory
+from bench import make_image
+
+def status(key):
+    for line in Path('/proc/self/status').read_text().splitlines():
+        if line.startswith(key + ':'):
+            return int(line.split()[1]) * 1024
+
+pp = Preprocessor.from_model(sys.argv[1], cache_bytes=0); pp.warmup()
+raw = make_image(sys.argv[2])
+pp.preprocess([make_image('64x64')])
+gc.collect()
+Path('/proc/self/clear_refs').write_text('5')  # reset the peak (VmHWM) to the current RSS
+before = status('VmRSS')
+out = pp.preprocess([raw])
+added = status('VmHWM') - before
+size = out.pixel_values.nbytes + sum(t.nbytes for t in out.tensors.values())
+print(added, size)
+"""
+
+
+def bench_memory(models) -> list[dict]:
+    rows = []
+    for model in models:
+        for spec in ("1920x1080", "4032x3024"):
+            res = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, model, spec, str(Path(__file__).resolve().parent)],
+                                 capture_output=True, text=True,
+                                 env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 << 10)})
+            if res.returncode != 0:
+                print(f"  {model} {spec}: probe failed: {res.stderr.strip().splitlines()[-1:]}")
+                continue
+            added, size = map(int, res.stdout.split())
+            rows.append({"model": model, "image": spec, "rss_added_mb": added / 2**20, "output_mb": size / 2**20,
+                         "ratio": added / size})
+            print(f"  {model.split('/')[-1]:<26} {spec:<10} peak RSS +{added / 2**20:.0f} MB for "
+                  f"{size / 2**20:.0f} MB of output = {added / size:.2f}x", flush=True)
+    return rows
+
+
+def chart(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['model'].split('/')[-1][:14]}\n{r['image']}" for r in rows]
+    series = [("floor", "floor_ms"), ("ours", "ours_ms"), ("HF PIL", "hf_pil_ms"), ("HF torchvision", "hf_tv_ms")]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.1), 4.5))
+    width = 0.2
+    for k, (name, key) in enumerate(series):
+        vals = [r.get(key, 0) for r in rows]
+        ax.bar(np.arange(len(rows)) + (k - 1.5) * width, vals, width, label=name)
+    ax.set_xticks(np.arange(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("ms per image (median, 1 thread)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("sglang-mm-grpc vs HF image processors")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python scripts/bench.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "memory"],
+                    choices=["inprocess", "server", "startup", "cache", "memory"])
+    ap.add_argument("--model", action="append", help=f"preset (repeatable; default {', '.join(MODELS)})")
+    ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png] (default: %(default)s)")
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--seconds", type=float, default=10.0, help="throughput window per server")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and shorter windows")
+    ap.add_argument("--json", help="write all results here")
+    ap.add_argument("--chart", help="write a PNG chart of the in-process table here (needs matplotlib)")
+    args = ap.parse_args(argv)
+    repeat = 5 if args.quick else args.repeat
+    seconds = 4.0 if args.quick else args.seconds
+    models = args.model or MODELS
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    from sglang_mm_grpc.allocator import tune_for_large_tensors
+
+    tuned = tune_for_large_tensors()  # as the server does: this process, the servers it starts
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                 "platform": platform.platform(), "malloc_tuned": tuned}}
+    if "inprocess" in args.sections:
+        print("in-process, one thread, ms (median); floor = decode + write; /floor = ours / floor; x = HF / ours")
+        print(INPROCESS_HEADER)
+        results["inprocess"] = bench_inprocess(models, args.images, repeat)
+    if "server" in args.sections:
+        print("through the server (127.0.0.1)")
+        results["server"] = bench_server(repeat, seconds)
+    if "startup" in args.sections:
+        print("start-up")
+        results["startup"] = bench_startup(2 if args.quick else 5)
+    if "cache" in args.sections:
+        print("preprocessing cache")
+        results["cache"] = bench_cache(repeat)
+    if "memory" in args.sections:
+        print("memory")
+        results["memory"] = bench_memory(models)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.chart and results.get("inprocess"):
+        try:
+            chart(results["inprocess"], args.chart)
+        except ImportError:
+            print("(no chart: matplotlib is not installed; pip install 'sglang-mm-grpc[bench]')")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""Command line: ``sglang-mm-grpc preprocess | models | serve | bench``."""
+"""Command line: ``sglang-mm-grpc preprocess | models | serve`` (benchmarks: ``python scripts/bench.py``)."""
 
 from __future__ import annotations
 
@@ -83,9 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list the built-in model presets")
     m.set_defaults(func=_models)
 
-    # Listed for --help; main() hands its arguments to sglang_mm_grpc.bench untouched.
-    sub.add_parser("bench", help="benchmarks beside the HF processors (bench --help for options)")
-
     add_serve_parser(sub)
     return parser
 
@@ -103,11 +100,6 @@ def _preprocess(args) -> int:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:
-        from .bench import main as bench_main
-
-        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 
