@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from servers import free_port
+
 
 def payload(n: int) -> bytes:
     """Deterministic bytes, so a test can check content, not only length."""
@@ -319,6 +321,4 @@ def tls_server_context(cert: Path, key: Path, log_holder: list) -> ssl.SSLContex
 
 def closed_port() -> int:
     """A port on 127.0.0.1 with nothing listening (connections are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()

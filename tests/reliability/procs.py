@@ -1,5 +1,6 @@
 """Real processes on 127.0.0.1 for the reliability tests and scripts/soak.py: the server,
-the stub backends, and what the operator sees of them (health, RSS, GetStats).
+the stub backends, and what the operator sees of them (health, RSS, GetStats), from
+``tests/servers.py``; and the presets and channel options these tests use.
 
 No pytest here, so the soak script can use it too. Every process is stopped by the
 caller (``stop``: SIGTERM, then SIGKILL after a timeout).
@@ -7,165 +8,19 @@ caller (``stop``: SIGTERM, then SIGKILL after a timeout).
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-REPO = Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
+TESTS = Path(__file__).resolve().parents[1]
 for _p in (str(TESTS), str(TESTS / "service")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
-from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc  # noqa: E402
+from servers import BACKENDS, Server, free_port, run_cli, start_stubs, wait_until  # noqa: E402, F401
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"
 PIXTRAL = "mistral-community/pixtral-12b"
 LLAVA = "llava-hf/llava-1.5-7b-hf"
-BACKENDS = ("sglang", "vllm", "trtllm")
 MiB = 1 << 20
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 512 * MiB), ("grpc.max_send_message_length", 512 * MiB)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """A child process with its output in a log file."""
-
-    def __init__(self, argv: list[str], log: Path, env: dict | None = None):
-        env = {**os.environ, **(env or {})}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-        self.argv, self.log = argv, log
-        self._fh = open(log, "ab")
-        self.p = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def rss_bytes(self) -> int:
-        """VmRSS from /proc (0 once the process is gone)."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            self.p.send_signal(sig)
-
-    def wait(self, timeout: float) -> int:
-        return self.p.wait(timeout)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.alive():
-            self.p.terminate()
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self._fh.close()
-        return self.p.returncode
-
-    def kill(self) -> None:
-        if self.alive():
-            self.p.send_signal(signal.SIGKILL)
-            self.p.wait()
-
-
-def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
-    """Seconds until health says SERVING; RuntimeError (with the log tail) otherwise."""
-    t0 = time.monotonic()
-    with grpc.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() - t0 < timeout:
-            if not proc.alive():
-                raise RuntimeError(f"{target} exited with {proc.p.returncode}:\n{proc.log_text()[-4000:]}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == health_pb2.HealthCheckResponse.SERVING:
-                    return time.monotonic() - t0
-            except grpc.RpcError:
-                pass
-            time.sleep(0.02)
-    raise RuntimeError(f"{target} not SERVING after {timeout}s:\n{proc.log_text()[-4000:]}")
-
-
-class Server(Proc):
-    """``sglang-mm-grpc serve`` on 127.0.0.1 with ``args``; ``target`` is HOST:PORT."""
-
-    def __init__(
-        self, workdir: Path, *args: str, models=(QWEN2,), workers: int = 2, port: int | None = None,
-        name: str = "server", env: dict | None = None,
-    ):
-        self.port = port or free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), "--workers", str(workers)]
-        for m in models:
-            argv += ["--model", m]
-        super().__init__(argv + list(args), Path(workdir) / f"{name}.log", env)
-        self.ready_s = wait_serving(self.target, self)
-
-    def stats(self, timeout: float = 5.0) -> pb.GetStatsResponse:
-        with grpc.insecure_channel(self.target) as ch:
-            return pb_grpc.MultimodalPreprocessorStub(ch).GetStats(pb.GetStatsRequest(), timeout=timeout)
-
-    def health(self, timeout: float = 2.0) -> str:
-        with grpc.insecure_channel(self.target) as ch:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
-
-
-class Stub(Proc):
-    def __init__(self, workdir: Path, backend: str, port: int | None = None, *, wait: bool = True):
-        self.backend = backend
-        self.port = port or free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", f"stub_backends.{backend}_stub", "--port", str(self.port)]
-        super().__init__(argv, Path(workdir) / f"stub-{backend}.log")
-        if wait:
-            wait_serving(self.target, self, timeout=30)
-
-    def restart(self, workdir: Path) -> "Stub":
-        self.kill()
-        return Stub(workdir, self.backend, self.port)
-
-
-def start_stubs(workdir: Path) -> dict[str, Stub]:
-    """All three, started together."""
-    stubs = {b: Stub(workdir, b, wait=False) for b in BACKENDS}
-    for s in stubs.values():
-        wait_serving(s.target, s, timeout=30)
-    return stubs
-
-
-def wait_until(pred, timeout: float, interval: float = 0.02):
-    """Poll ``pred()`` until truthy; returns its value, or the last one after ``timeout``."""
-    end = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value or time.monotonic() >= end:
-            return value
-        time.sleep(interval)

@@ -4,8 +4,6 @@ from the Prometheus endpoint (``serve --metrics-port``)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 import grpc
@@ -154,9 +152,5 @@ def test_prometheus_matches_get_stats(observed):
 def test_metrics_port_taken_fails_startup(observed, tmp_path):
     _, url, _ = observed
     port = url.rsplit(":", 1)[1].split("/")[0]
-    r = subprocess.run(
-        [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(procs.free_port()),
-         "--metrics-port", port, "--model", procs.QWEN2],
-        capture_output=True, text=True, timeout=60, cwd=procs.REPO,
-    )
+    r = procs.run_cli("serve", "--port", str(procs.free_port()), "--metrics-port", port, "--model", procs.QWEN2)
     assert r.returncode == 1 and "cannot serve metrics" in r.stderr

@@ -1,4 +1,4 @@
-"""Real processes on 127.0.0.1: the server and the three stub backends.
+"""Real processes on 127.0.0.1: the server and the three stub backends (``tests/servers.py``).
 
 Ports are picked free, readiness is awaited through the gRPC health service, and every
 process is killed at teardown (SIGTERM, then SIGKILL).
@@ -8,88 +8,16 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from servers import Server, start_stubs
+from service_support import MAX_RECEIVE, NAMED, NAMED_PRESET, PIXTRAL, QWEN2, QWEN3
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
-
-REPO = Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
-
-# The served models: two presets (patch 14 and 16) and one model directory under a NAME.
-QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
-QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"
-PIXTRAL = "mistral-community/pixtral-12b"
-NAMED = "qwen25-local"
-NAMED_PRESET = "Qwen/Qwen2.5-VL-7B-Instruct"
-MAX_RECEIVE = 4 << 20  # small on purpose: the oversized-request test exceeds it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_serving(target: str, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    end = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < end:
-            if proc.poll() is not None:
-                pytest.fail(f"{target} exited with {proc.returncode} before SERVING:\n{log.read_text()[-4000:]}")
-            try:
-                r = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-    pytest.fail(f"{target} not SERVING after {timeout}s:\n{log.read_text()[-4000:]}")
-
-
-class Proc:
-    """A child process with its output in a log file; ``stop`` always leaves it dead."""
-
-    def __init__(self, argv: list[str], log: Path):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-        self.log = log
-        self._fh = open(log, "wb")
-        self.p = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-
-    def stop(self) -> int:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self._fh.close()
-        return self.p.returncode
-
-
-def start_server(tmp: Path, *extra: str, models=None, name="server") -> tuple[Proc, str]:
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(port), "--workers", "2"]
-    for m in models or ():
-        argv += ["--model", m]
-    proc = Proc(argv + list(extra), tmp / f"{name}.log")
-    wait_serving(target, proc.p, proc.log)
-    return proc, target
 
 
 @pytest.fixture(scope="session")
@@ -126,42 +54,33 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def server_proc(tmp_path_factory, model_dir, media_dir):
-    """(process, target) of a server with QWEN2, QWEN3, PIXTRAL and NAMED, requests
-    limited to MAX_RECEIVE, fetching from loopback and from ``media_dir``."""
-    tmp = tmp_path_factory.mktemp("server")
-    proc, target = start_server(
-        tmp,
+def server_proc(tmp_path_factory, model_dir, media_dir) -> Server:
+    """A server with QWEN2, QWEN3, PIXTRAL and NAMED, requests limited to MAX_RECEIVE,
+    fetching from loopback and from ``media_dir``."""
+    proc = Server(
+        tmp_path_factory.mktemp("server"),
         "--max-receive-bytes", str(MAX_RECEIVE),
         "--allow-private-hosts",
         "--allowed-local-media-path", str(media_dir),
         models=[QWEN2, QWEN3, PIXTRAL, f"{NAMED}={model_dir}"],
     )
-    yield proc, target
+    yield proc
     proc.stop()
 
 
 @pytest.fixture(scope="session")
 def server(server_proc) -> str:
-    return server_proc[1]
+    return server_proc.target
 
 
 @pytest.fixture(scope="session")
 def stubs(tmp_path_factory):
     """backend name -> target of its stub server."""
-    tmp = tmp_path_factory.mktemp("stubs")
-    procs, targets = [], {}
+    procs = start_stubs(tmp_path_factory.mktemp("stubs"))
     try:
-        for backend in ("sglang", "vllm", "trtllm"):
-            port = free_port()
-            argv = [sys.executable, "-m", f"stub_backends.{backend}_stub", "--port", str(port)]
-            procs.append(Proc(argv, tmp / f"{backend}.log"))
-            targets[backend] = f"127.0.0.1:{port}"
-        for proc, target in zip(procs, targets.values()):
-            wait_serving(target, proc.p, proc.log, timeout=30)
-        yield targets
+        yield {backend: proc.target for backend, proc in procs.items()}
     finally:
-        for proc in procs:
+        for proc in procs.values():
             proc.stop()
 
 

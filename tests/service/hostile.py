@@ -28,11 +28,9 @@ import io
 import json
 import os
 import re
-import socket
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +39,6 @@ from urllib.parse import urlsplit
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +49,7 @@ for _p in (str(REPO / "tests"), str(HERE)):
 
 import imagegen  # noqa: E402
 from hostile_http import PUBLIC, png_header  # noqa: E402
+from servers import Server, free_port, health, wait_serving  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -400,12 +398,6 @@ def check_case(case: Case, code: str, details: str, env: Env, http_log: dict | N
 # -- the processes --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_media(base: Path) -> tuple[Path, Path]:
     """The open server's allowed root and a directory beside it, with the hostile files."""
     root, outside = base / "root", base / "outside"
@@ -425,9 +417,8 @@ def make_media(base: Path) -> tuple[Path, Path]:
 
 
 def _server_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
-    env.update(extra)
-    return env
+    """This environment's proxy variables unset (None), then ``extra``."""
+    return {k: None for k in os.environ if k.lower() in _PROXY_VARS} | extra
 
 
 class _NoDirectDial:
@@ -480,7 +471,7 @@ class Harness:
 
     def __init__(self, workdir: Path):
         self.workdir = Path(workdir)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.servers: dict[str, Server] = {}
         self.targets: dict[str, str] = {}
         self.logs: dict[str, Path] = {}
         self.http: subprocess.Popen | None = None
@@ -523,34 +514,15 @@ class Harness:
             ],
             _server_env(REQUEST_TIMEOUT="2", HTTP_PROXY=proxy, NO_PROXY="127.0.0.1"),
         )
-        for name in self.procs:
-            self._wait_serving(name)
+        for server in self.servers.values():
+            wait_serving(server.target, server)
 
     def _spawn(self, name: str, args: list[str], env: dict) -> None:
-        port = free_port()
-        argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(port), "--workers", "2",
-                "--model", QWEN2, *args]
-        self.logs[name] = self.workdir / f"{name}.log"
-        self.procs[name] = subprocess.Popen(
-            argv, stdout=open(self.logs[name], "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO
-        )
-        self.targets[name] = f"127.0.0.1:{port}"
-
-    def _wait_serving(self, name: str, timeout: float = 120.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.procs[name].poll() is not None:
-                raise RuntimeError(f"{name} exited with {self.procs[name].returncode}:\n{self.log_text(name)}")
-            try:
-                if self.health(name, timeout=1.0) == "SERVING":
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{name} not SERVING after {timeout}s:\n{self.log_text(name)}")
+        server = Server(self.workdir, *args, models=[QWEN2], name=name, env=env, wait=False)
+        self.servers[name], self.targets[name], self.logs[name] = server, server.target, server.log
 
     def log_text(self, name: str) -> str:
-        return self.logs[name].read_text()[-4000:]
+        return self.servers[name].log_text()[-4000:]
 
     def channel(self, name: str) -> grpc.Channel:
         if name not in self._channels:
@@ -561,8 +533,7 @@ class Harness:
         return pb_grpc.MultimodalPreprocessorStub(self.channel(name))
 
     def health(self, name: str, timeout: float = 5.0) -> str:
-        resp = health_pb2_grpc.HealthStub(self.channel(name)).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        return health(self.targets[name], timeout, self.channel(name))
 
     def good_request(self, name: str) -> pb.PreprocessResponse:
         """A request that must succeed: the server is still fine."""
@@ -576,7 +547,7 @@ class Harness:
         _get_json(f"http://127.0.0.1:{self.env.origin}/_reset", raw=True)
 
     def pid(self, name: str) -> int:
-        return self.procs[name].pid
+        return self.servers[name].pid
 
     def run(self, case: Case) -> tuple[str, str]:
         return run_case(case, self.stub(case.server), self.env)
@@ -585,8 +556,8 @@ class Harness:
         for ch in self._channels.values():
             ch.close()
         self._channels.clear()
-        for p in self.procs.values():
-            _terminate(p)
+        for server in self.servers.values():
+            server.stop()
         if self.http is not None:
             try:
                 self.http.stdin.close()

@@ -1,4 +1,5 @@
-"""What the service tests share: a router's Generate call, and what each stub should report.
+"""What the service tests share: the served models, a router's Generate call, and what
+each stub should report.
 
 The expected reports are computed here from an in-process ``Preprocessor`` output, with
 their own hashing, so a stub report equal to them means the bytes that crossed the wire
@@ -23,6 +24,15 @@ from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vl
 from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2_grpc as vl_grpc
 
 REPORT_KEY = "x-stub-decoded"
+
+# The served models: two presets (patch 14 and 16) and one model directory under a NAME.
+QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
+QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"
+PIXTRAL = "mistral-community/pixtral-12b"
+NAMED = "qwen25-local"
+NAMED_PRESET = "Qwen/Qwen2.5-VL-7B-Instruct"
+MAX_RECEIVE = 4 << 20  # small on purpose: the oversized-request test exceeds it
+
 
 def prompt(pp, n_images: int) -> list[int]:
     """Text tokens with one image placeholder per image, wrapped the way the model's chat

@@ -4,20 +4,13 @@ failures as a status name and a non-zero exit."""
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 
 import blake3
 import numpy as np
 
 import imagegen
-from conftest import QWEN2, REPO
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sglang_mm_grpc.cli", *args], capture_output=True, text=True, timeout=60, cwd=REPO
-    )
+from servers import run_cli as cli
+from service_support import QWEN2
 
 
 def test_remote_preprocess_to_npz(server, pps, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import imagegen
-from conftest import MAX_RECEIVE, QWEN2
+from service_support import MAX_RECEIVE, QWEN2
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
 GOOD = imagegen.png(40, 60, seed=5)
@@ -100,7 +100,7 @@ def test_deadline(client, server_proc):
     raws = [imagegen.encode(Image.new("RGB", (3000, 3000), (s, 90, 200)), "PNG") for s in range(12)]
     e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.3)
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    log = server_proc[0].log
+    log = server_proc.log
     end = time.monotonic() + 10
     while "preprocess: deadline exceeded" not in log.read_text():
         assert time.monotonic() < end, log.read_text()[-2000:]

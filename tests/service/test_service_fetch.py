@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 import imagegen
-from conftest import QWEN2
+from service_support import QWEN2
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import imagegen
-from conftest import NAMED, PIXTRAL, QWEN2, QWEN3
-from service_support import expected_sglang, expected_trtllm, expected_vllm, generate, prompt
+from service_support import (NAMED, PIXTRAL, QWEN2, QWEN3, expected_sglang, expected_trtllm, expected_vllm, generate,
+                             prompt)
 from sglang_mm_grpc import tensors
 
 BACKENDS = ("sglang", "vllm", "trtllm")

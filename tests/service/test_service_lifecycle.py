@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import grpc
@@ -12,7 +10,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import imagegen
-from conftest import QWEN2, REPO, free_port, start_server
+from servers import Server, free_port, run_cli
+from service_support import QWEN2
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
@@ -21,7 +20,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def test_sigterm_drains_in_flight_and_refuses_new(tmp_path):
-    proc, target = start_server(tmp_path, "--grace", "30", models=[QWEN2], name="drain")
+    proc = Server(tmp_path, "--grace", "30", models=[QWEN2], name="drain")
+    target = proc.target
     try:
         slow = pb.PreprocessRequest(model=QWEN2, images=[pb.MediaItem(data=imagegen.jpeg(1600, 1600, seed=1))] * 12)
         with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
@@ -53,21 +53,14 @@ def test_sigterm_drains_in_flight_and_refuses_new(tmp_path):
         proc.stop()
 
 
-def run_serve(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )
-
-
 def test_unknown_model_fails_startup():
-    r = run_serve("--port", str(free_port()), "--model", "no/such-model")
+    r = run_cli("serve", "--port", str(free_port()), "--model", "no/such-model")
     assert r.returncode == 1
     assert "no/such-model" in r.stderr
 
 
 def test_taken_port_fails_startup(server):
     port = server.rsplit(":", 1)[1]
-    r = run_serve("--port", port, "--model", QWEN2)
+    r = run_cli("serve", "--port", port, "--model", QWEN2)
     assert r.returncode == 1
     assert "cannot listen" in r.stderr

@@ -13,7 +13,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import imagegen
-from conftest import QWEN2
+from service_support import QWEN2
 
 SERVICE = "sglang_mm.v1.MultimodalPreprocessor"
 

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import imagegen
-from conftest import QWEN2
-from service_support import generate
+from service_support import QWEN2, generate
 
 RAWS = [imagegen.png(60, 90, seed=7), imagegen.jpeg(100, 80, seed=8)]
 

@@ -10,8 +10,7 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
 
 import imagegen
-from conftest import QWEN2
-from service_support import prompt
+from service_support import QWEN2, prompt
 from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sg
 from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as tr
 from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vl
