@@ -53,6 +53,15 @@ def run_decode(decode, request, context) -> dict:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(e).__name__}: {e}")
 
 
+def complete(pb, decode, request, context, **response):
+    """What every stub's Generate answers: ``decode(request)``'s report as trailing
+    metadata and one ``pb.GenerateResponse`` (``response`` fields, a GenerateComplete)."""
+    report = run_decode(decode, request, context)
+    finish(context, report)
+    done = pb.GenerateComplete(finish_reason="stop", prompt_tokens=report["input_ids"]["count"])
+    return pb.GenerateResponse(**response, complete=done)
+
+
 def serve(name: str, add_servicer, servicer) -> None:
     ap = argparse.ArgumentParser(description=f"{name} stub backend")
     ap.add_argument("--host", default="127.0.0.1")

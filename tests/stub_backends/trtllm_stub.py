@@ -45,12 +45,7 @@ def decode(req: pb.GenerateRequest) -> dict:
 
 class Servicer(pb_grpc.TrtllmServiceServicer):
     def Generate(self, request, context):
-        report = c.run_decode(decode, request, context)
-        c.finish(context, report)
-        yield pb.GenerateResponse(
-            request_id=request.request_id,
-            complete=pb.GenerateComplete(finish_reason="stop", prompt_tokens=report["input_ids"]["count"]),
-        )
+        yield c.complete(pb, decode, request, context, request_id=request.request_id)
 
 
 if __name__ == "__main__":

@@ -102,11 +102,7 @@ def decode(req: pb.GenerateRequest) -> dict:
 
 class Servicer(pb_grpc.VllmEngineServicer):
     def Generate(self, request, context):
-        report = c.run_decode(decode, request, context)
-        c.finish(context, report)
-        yield pb.GenerateResponse(
-            complete=pb.GenerateComplete(finish_reason="stop", prompt_tokens=report["input_ids"]["count"])
-        )
+        yield c.complete(pb, decode, request, context)
 
 
 if __name__ == "__main__":
