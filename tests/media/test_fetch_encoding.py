@@ -90,26 +90,27 @@ def _policy(**kw) -> FetchPolicy:
     return FetchPolicy(allow_private_hosts=True, **kw)
 
 
-@pytest.mark.parametrize("path", ["/gzip-bomb", "/deflate-bomb"])
-def test_compression_bomb_stops_at_the_cap_in_memory(url, path):
+def _error_and_peak(url: str, max_remote_bytes: int):
+    """The fetch's error, and the peak of memory traced while it ran."""
     tracemalloc.start()
     try:
-        err = fetch_error([url(path)], _policy(max_remote_bytes=MiB))
+        err = fetch_error([url], _policy(max_remote_bytes=max_remote_bytes))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return err, peak
+
+
+@pytest.mark.parametrize("path", ["/gzip-bomb", "/deflate-bomb"])
+def test_compression_bomb_stops_at_the_cap_in_memory(url, path):
+    err, peak = _error_and_peak(url(path), MiB)
     assert err.code is Code.RESOURCE_EXHAUSTED and "body exceeds max_remote_bytes (1 MiB)" in err.message
     assert peak < 8 * MiB, f"{peak / MiB:.0f} MiB held for a 1 MiB cap"
 
 
 def test_bomb_under_a_large_cap_holds_little_more_than_the_cap(url):
     """Inflated in small steps: the peak is the kept bytes plus one step, not twice the cap."""
-    tracemalloc.start()
-    try:
-        err = fetch_error([url("/gzip-bomb")], _policy(max_remote_bytes=32 * MiB))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    err, peak = _error_and_peak(url("/gzip-bomb"), 32 * MiB)
     assert err.code is Code.RESOURCE_EXHAUSTED and "(32 MiB)" in err.message
     assert peak < 40 * MiB, f"{peak / MiB:.0f} MiB held for a 32 MiB cap"
 
