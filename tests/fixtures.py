@@ -158,6 +158,18 @@ def params(name: str):
     return [pytest.param(c, id=c["id"]) for c in cases(name)]
 
 
+def generator():
+    """``scripts/gen_fixtures.py`` as a module (generating needs torch)."""
+    import sys
+
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import gen_fixtures
+
+    return gen_fixtures
+
+
 def case_input(case: dict):
     """Rebuild a case's input and check it is the one the fixture was made from."""
     value = build_input(case["input"])

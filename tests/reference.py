@@ -150,22 +150,3 @@ def run_reference(processor, raws: list[bytes]) -> dict[str, np.ndarray]:
     out = processor([reference_input(r) for r in raws], return_tensors="np")
     return {k: np.asarray(v) for k, v in out.items()}
 
-
-def assert_full_prompt(pp, processor, raws, assert_same):
-    """Pixels (via the family's ``assert_same``) and the expanded ids against the whole HF
-    processor on one prompt; every image's expansion is one run of its image token."""
-    text, ids = word_prompt(len(raws), pp.family.image_token_id)
-    ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
-    ours = pp.preprocess(raws, input_ids=ids)
-    assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})
-    assert_image_runs(ours, np.asarray(ref["input_ids"])[0], pp.family.image_token_id)
-    return ours
-
-
-def assert_image_runs(ours, expected_ids: np.ndarray, image: int) -> None:
-    """Our expanded ids are the processor's, and every image's expansion is one run of its
-    image token, all of it patches."""
-    assert ours.input_ids.dtype == np.int64 and np.array_equal(ours.input_ids, expected_ids)
-    runs = np.flatnonzero(np.diff(np.concatenate(([0], expected_ids == image, [0]))))
-    assert [(int(a), int(b - a)) for a, b in zip(runs[::2], runs[1::2])] == ours.structural_ranges
-    assert [im.patch_ranges for im in ours.images] == [(r,) for r in ours.structural_ranges]

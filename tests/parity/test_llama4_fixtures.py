@@ -9,33 +9,17 @@ the expanded ids of one ``<|image|>`` per image.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 import pytest
 
 import fixtures
-from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.config import ModelSource
-
-
-@lru_cache(maxsize=None)
-def _preset(name: str) -> Preprocessor:
-    return Preprocessor.from_model(name, cache_bytes=0)
-
-
-def preprocessor(params: dict) -> Preprocessor:
-    if "model" in params:
-        return _preset(params["model"])
-    src = ModelSource("fixture", "fixture", params["preprocessor_config"], params["config"])
-    return Preprocessor(src.build(), name="fixture", source="fixture", cache_bytes=0)
+import harness
 
 
 @pytest.mark.parametrize("case", fixtures.params("llama4"))
 def test_llama4_fixture(case):
-    value = fixtures.case_input(case)
-    raws = value if isinstance(value, list) else [value]
-    pp = preprocessor(case["params"])
+    raws = harness.case_images(case)
+    pp = harness.case_preprocessor(case["params"], cache_bytes=0)
     assert pp.family.name == "llama4"
     out = pp.preprocess(raws)
     want = case["outputs"]

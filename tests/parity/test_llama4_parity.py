@@ -10,7 +10,6 @@ exactly; ``patches_per_image`` is the tile count HF's tensor implies per image.
 from __future__ import annotations
 
 import functools
-import json
 
 import numpy as np
 import pytest
@@ -20,9 +19,11 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+import harness  # noqa: E402
 import imagegen  # noqa: E402
+from harness import each_mode, each_size  # noqa: E402
 from reference import llama4_reference, reference_input, run_torch_reference  # noqa: E402
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError  # noqa: E402
+from sglang_mm_grpc import Code  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families import llama4  # noqa: E402
 from sglang_mm_grpc.families.llama4 import LLAMA4_IDS  # noqa: E402
@@ -40,37 +41,28 @@ SIZES = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
-def _pair(preset: str = SCOUT):
-    """(ours, the HF processor) for a preset, built once."""
-    src = resolve(preset)
-    ref = llama4_reference(src.preprocessor_config, src.processor_config, LLAMA4_IDS)
-    return Preprocessor.from_model(preset), ref
+PAIRS = harness.Pairs(SCOUT, lambda src: llama4_reference(src.preprocessor_config, src.processor_config, LLAMA4_IDS))
 
 
 def assert_same(ours, ref: dict, raws_count: int | None = None):
-    pv = ours.pixel_values
-    assert pv.dtype == np.float32 and pv.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(pv != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
+    harness.assert_pixels(ours, ref["pixel_values"])
+    harness.assert_tensors(ours, ref, "aspect_ratios")
     ratios = ours.tensors["aspect_ratios"]
-    assert ratios.dtype == np.int64 and np.array_equal(ratios, ref["aspect_ratios"])
     tiles = ours.tensors["patches_per_image"]
     assert tiles.dtype == np.int64
     assert tiles.tolist() == [r * c + (r * c > 1) for r, c in ratios.tolist()]
-    assert int(tiles.sum()) == pv.shape[0]
+    assert int(tiles.sum()) == ours.pixel_values.shape[0]
 
 
 def _run(pp, ref, raws):
     return pp.preprocess(raws), run_torch_reference(ref.image_processor, raws)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size(SIZES)
 def test_sizes_png(size):
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     kind = "noise" if size[0] * size[1] <= 1_500_000 else "smooth"
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
-    assert_same(*_run(pp, ref, [raw]))
+    assert_same(*_run(pp, ref, [harness.sized_png(size, kind)]))
 
 
 def _size_for_canvas(canvas: tuple[int, int]) -> tuple[int, int]:
@@ -90,7 +82,7 @@ CANVASES = llama4.supported_canvases(16, 336)
 @pytest.mark.parametrize("canvas", CANVASES, ids=lambda c: f"{c[0] // 336}x{c[1] // 336}")
 def test_every_canvas(canvas):
     """One image per canvas (rows x cols <= 16), resized into it where possible."""
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     size = _size_for_canvas(canvas)
     raw = imagegen.jpeg(*size, seed=size[0] + size[1], quality=92)
     ours, hf = _run(pp, ref, [raw])
@@ -98,9 +90,9 @@ def test_every_canvas(canvas):
     assert tuple(hf["aspect_ratios"][0]) == (canvas[0] // 336, canvas[1] // 336)
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+@each_mode
 def test_modes_and_formats(name):
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     raw = imagegen.modes_corpus()[name]
     assert_same(*_run(pp, ref, [raw]))
 
@@ -116,9 +108,9 @@ def _large_jpeg(h: int, w: int) -> bytes:
     return imagegen.encode(ImageChops.add(smooth, detail, scale=1.25, offset=-96), "JPEG", quality=85)
 
 
-@pytest.mark.parametrize("size", [(6000, 8000), (8000, 6000)], ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size([(6000, 8000), (8000, 6000)])
 def test_large_photos(size):
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     assert_same(*_run(pp, ref, [_large_jpeg(*size)]))
 
 
@@ -126,7 +118,7 @@ def test_batch():
     """One-tile and multi-tile images, two of the same shape (HF groups those), in one
     request: tiles concatenated in image order; the vLLM split by patches_per_image
     gives each image's own tiles."""
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     sizes = [(300, 500), (40, 40), (1200, 700), (300, 500), (2, 3000), (700, 1200)]
     raws = [imagegen.png(h, w, seed=i) for i, (h, w) in enumerate(sizes)]
     raws.append(imagegen.modes_corpus()["png_rgba"])
@@ -147,7 +139,7 @@ def test_batch():
     kind=st.sampled_from(["noise", "smooth"]),
 )
 def test_random_sizes(h, w, seed, kind):
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     raw = imagegen.png(h, w, seed=seed, kind=kind)
     assert_same(*_run(pp, ref, [raw]))
 
@@ -233,13 +225,6 @@ def _random_sizes(n: int, seed: int) -> list[tuple[int, int]]:
 TOKEN_SIZES = _random_sizes(60, seed=99) + [(1, 1), (336, 336), (300, 500), (2000, 3000), (5376, 336), (336, 5376)]
 
 
-def _flat_png(h: int, w: int) -> bytes:
-    """Cheap to make at any size: the sizes, not the content, are under test here."""
-    from PIL import Image
-
-    return imagegen.encode(Image.new("RGB", (w, h), (h % 256, w % 256, 77)), "PNG", compress_level=1)
-
-
 def _expected(rows: int, cols: int, per_tile: int = 144) -> list[int]:
     """The sequence written out independently of the family's code."""
     seq = [LLAMA4_IDS["<|image_start|>"]]
@@ -268,12 +253,12 @@ def test_token_sequences_match_processor():
     """For 66 sizes (two images per prompt, text around them): the processor's ids equal
     our expansions placed at the ``<|image|>`` placeholders; each expansion is the
     written-out layout; patch-only ranges are the ``<|patch|>`` runs."""
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     prompt_ids = np.asarray(ref.tokenizer(PROMPT)["input_ids"], dtype=np.int64)
     assert np.count_nonzero(prompt_ids == IMAGE) == 2
     checked = 0
     for a, b in zip(TOKEN_SIZES[0::2], TOKEN_SIZES[1::2]):
-        raws = [_flat_png(*s) for s in (a, b)]
+        raws = [harness.flat_png(*s) for s in (a, b)]
         hf = ref(images=[reference_input(r) for r in raws], text=[PROMPT], return_tensors="pt")
         ours = pp.preprocess(raws)  # ids = the two expansions back to back
         applied = _expand(pp, ours, prompt_ids)
@@ -292,9 +277,9 @@ def test_token_sequences_match_processor():
 
 def test_prompt_placeholders_through_driver():
     """A chat-template prompt holds one ``<|image|>`` per image; the driver expands them."""
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     prompt_ids = np.asarray(ref.tokenizer(PROMPT)["input_ids"], dtype=np.int64)
-    raws = [_flat_png(300, 500), _flat_png(40, 40)]
+    raws = [harness.flat_png(300, 500), harness.flat_png(40, 40)]
     hf = ref(images=[reference_input(r) for r in raws], text=[PROMPT], return_tensors="pt")
     ours = pp.preprocess(raws, input_ids=prompt_ids)
     assert np.array_equal(ours.input_ids, hf["input_ids"][0].numpy())
@@ -310,7 +295,7 @@ def test_preset_equals_class_defaults():
     from transformers import Llama4Config, Llama4ImageProcessor
 
     ip, cfg = Llama4ImageProcessor(), Llama4Config()
-    pp, ref = _pair()
+    pp, ref = PAIRS()
     c = pp.family.config
     assert c.tile == ip.size["height"] == ip.size["width"] == ref.image_processor.size.height
     assert c.max_patches == ip.max_patches and c.resize_to_max_canvas == ip.resize_to_max_canvas is False
@@ -349,27 +334,17 @@ DIRS = {
 }
 
 
-def _dir(tmp_path, pre: dict, cfg: dict, proc: dict | None):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    if proc is not None:
-        (tmp_path / "processor_config.json").write_text(json.dumps(proc))
-    return Preprocessor.from_model(str(tmp_path))
-
-
 @pytest.mark.parametrize("name", sorted(DIRS))
 def test_model_directory(tmp_path, name):
     pre, cfg, proc = DIRS[name]
-    pp = _dir(tmp_path, pre, cfg, proc)
+    pp = harness.load_dir(tmp_path, pre, cfg, proc)
     assert pp.family.name == "llama4"
     ref = llama4_reference(pre, proc or {}, LLAMA4_IDS)
-    for size in [(300, 500), (37, 2000), (1080, 1920), (13, 7)]:
-        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
-        ours, hf = _run(pp, ref, raws)
-        assert_same(ours, hf)
+    for size in harness.DIR_SIZES:
+        assert_same(*_run(pp, ref, harness.png_and_jpeg(size)))
     tile = pp.family.config.tile
-    hf = ref(images=[reference_input(_flat_png(700, 300))], text=["hello <|image|>"], return_tensors="pt")
-    rows, cols = pp.preprocess([_flat_png(700, 300)]).tensors["aspect_ratios"][0].tolist()
+    hf = ref(images=[reference_input(harness.flat_png(700, 300))], text=["hello <|image|>"], return_tensors="pt")
+    rows, cols = pp.preprocess([harness.flat_png(700, 300)]).tensors["aspect_ratios"][0].tolist()
     per_tile = (tile // 14) ** 2 // 4
     assert hf["input_ids"][0].tolist()[1:] == _expected(rows, cols, per_tile)
 
@@ -390,9 +365,8 @@ def test_model_directory(tmp_path, name):
 )
 def test_refused_configs(tmp_path, pre, cfg, proc, message):
     """What HF rejects or this service cannot reproduce exactly is refused at load."""
-    with pytest.raises(PreprocessError) as e:
-        _dir(tmp_path, pre, cfg, proc)
-    assert e.value.code is Code.INVALID_ARGUMENT and message in str(e.value)
+    e = harness.dir_error(tmp_path, pre, cfg, proc)
+    assert e.code is Code.INVALID_ARGUMENT and message in str(e)
 
 
 def test_hf_rejects_what_we_refuse():

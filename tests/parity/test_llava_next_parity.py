@@ -9,16 +9,14 @@ included), ``image_sizes`` exactly; the expanded ids come from the real
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
-from reference import assert_full_prompt, llava_reference, run_reference
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from reference import llava_reference, run_reference
+from sglang_mm_grpc import Code, Preprocessor
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.llava_next import DEFAULT_PINPOINTS
 
@@ -37,67 +35,31 @@ SIZES = PINPOINT_SIZES + [
     (720, 1280), (1080, 1920), (1365, 2048), (2000, 900),
 ]
 
-_REFS: dict = {}
-
-
 def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
-    key = json.dumps([pre, proc, image_token_id], sort_keys=True)
-    if key not in _REFS:
-        _REFS[key] = llava_reference(pre, proc, image_token_id)
-    return _REFS[key]
+    return harness.cached(llava_reference, pre, proc, image_token_id)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    src = resolve(PRESET)
-    return Preprocessor.from_model(PRESET), reference(src.preprocessor_config, src.processor_config)
+pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config, src.processor_config)).fixture()
 
 
 def assert_same(ours, ref):
-    assert ours.pixel_values.dtype == np.float32
-    assert ours.pixel_values.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
-    sizes = ours.tensors["image_sizes"]
+    harness.assert_pixels(ours, ref["pixel_values"])
     assert set(ours.tensors) == {"image_sizes"}
-    assert sizes.dtype == np.int64 and np.array_equal(sizes, ref["image_sizes"])
+    harness.assert_tensors(ours, ref, "image_sizes")
+
+
+def check(pp, ref, raws):
+    """Ours against the HF image processor on the same bytes."""
+    assert_same(pp.preprocess(raws), run_reference(ref.image_processor, raws))
 
 
 def assert_full(pp, processor, raws):
     """Pixels, image_sizes and the expanded ids against the whole HF processor."""
-    return assert_full_prompt(pp, processor, raws, assert_same)
+    return harness.assert_full_prompt(pp, processor, raws, assert_same)
 
 
-def large_jpeg(h: int, w: int) -> bytes:
-    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
-    from PIL import Image
-
-    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
-    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
-    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
-    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
-
-
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kind", ["noise", "smooth"])
-def test_sizes_png(pair, size, kind):
-    pp, ref = pair
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
-
-
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
-def test_modes_and_formats(pair, name):
-    pp, ref = pair
-    raw = imagegen.modes_corpus()[name]
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
-
-
-@pytest.mark.parametrize("size", [(3000, 4000), (8000, 6000)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_large_photos(pair, size):
-    pp, ref = pair
-    raw = large_jpeg(*size)
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(
+    check, SIZES, large_sizes=[(3000, 4000), (8000, 6000)])
 
 
 def test_batch_padding(pair):
@@ -122,17 +84,15 @@ def test_token_counts_random_sizes(pair):
     """The plan's count (no pixel work) equals LlavaNextProcessor's own counting code
     (``_get_num_multimodal_tokens`` -> ``_get_number_of_features``, minus the CLS)."""
     pp, ref = pair
-    rng = np.random.default_rng(11)
-    sizes = [(int(h), int(w)) for h, w in rng.integers(1, 3000, (80, 2))]
-    sizes += [(int(h), int(w)) for h, w in rng.integers(1, 60, (20, 2))] + [(1, 5000), (3000, 2)]
+    sizes = harness.random_sizes(11, (1, 3000, 80), (1, 60, 20)) + [(1, 5000), (3000, 2)]
     sizes += [(1, 1), (336, 336), (300, 500)]
     expected = ref._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
-    assert [pp.family.plan(h, w, 0).geometry[0] for h, w in sizes] == expected
+    assert harness.plan_counts(pp, sizes) == expected
     assert expected[-3:] == [1176, 1176, 1560]
     assert len(set(expected)) > 20
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(30)
 @given(
     sizes=st.lists(st.tuples(st.integers(1, 900), st.integers(1, 900)), min_size=1, max_size=3),
     seed=st.integers(0, 2**16),
@@ -181,15 +141,11 @@ def test_model_directory(tmp_path, name):
     pre = pre | {"image_processor_type": "LlavaNextImageProcessor"}
     proc = {"patch_size": 14, "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1,
             "processor_class": "LlavaNextProcessor"} | extra
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava_next", "image_token_index": 64000}))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "llava_next", "image_token_index": 64000}, proc)
     assert pp.family.name == "llava_next" and pp.info["image_token_id"] == 64000
     ref = reference(pre, proc, 64000)
-    for sizes in [[(300, 500), (13, 7)], [(37, 600), (500, 37), (720, 1280)], [(336, 336)]]:
-        raws = [imagegen.png(*s, seed=s[0]) if i % 2 else imagegen.jpeg(*s, seed=s[1]) for i, s in enumerate(sizes)]
-        assert_full(pp, ref, raws)
+    for sizes in harness.DIR_REQUESTS + [[(336, 336)]]:
+        assert_full(pp, ref, harness.jpeg_and_png(sizes))
 
 
 @pytest.mark.parametrize("pre,cause", [
@@ -199,8 +155,5 @@ def test_model_directory(tmp_path, name):
     ({"do_convert_rgb": False}, "do_convert_rgb"),
 ])
 def test_bad_model_directory(tmp_path, pre, cause):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava_next"}))
-    with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(str(tmp_path))
-    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
+    e = harness.dir_error(tmp_path, pre, {"model_type": "llava_next"})
+    assert e.code is Code.INVALID_ARGUMENT and cause in e.message

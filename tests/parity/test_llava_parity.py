@@ -8,16 +8,14 @@ real ``LlavaProcessor`` (word-level tokenizer, ``<image>`` = the config's id).
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
-from reference import assert_full_prompt, llava_reference, run_reference
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from reference import llava_reference, run_reference
+from sglang_mm_grpc import Code, Preprocessor
 from sglang_mm_grpc.config import resolve
 
 PRESET = "llava-hf/llava-1.5-7b-hf"
@@ -30,65 +28,31 @@ SIZES = [
     (480, 640), (999, 777), (1024, 1023), (720, 1280), (1080, 1920), (1365, 2048), (2000, 900),
 ]
 
-_REFS: dict = {}
-
 
 def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
-    key = json.dumps([pre, proc, image_token_id], sort_keys=True)
-    if key not in _REFS:
-        _REFS[key] = llava_reference(pre, proc, image_token_id)
-    return _REFS[key]
+    return harness.cached(llava_reference, pre, proc, image_token_id)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    src = resolve(PRESET)
-    return Preprocessor.from_model(PRESET), reference(src.preprocessor_config, src.processor_config)
+pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config, src.processor_config)).fixture()
 
 
 def assert_same(ours, ref):
-    assert ours.pixel_values.dtype == np.float32
-    assert ours.pixel_values.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
+    harness.assert_pixels(ours, ref["pixel_values"])
     assert ours.tensors == {}
+
+
+def check(pp, ref, raws):
+    """Ours against the HF image processor on the same bytes."""
+    assert_same(pp.preprocess(raws), run_reference(ref.image_processor, raws))
 
 
 def assert_full(pp, processor, raws):
     """Pixels and the expanded ids against the whole HF processor on one prompt."""
-    return assert_full_prompt(pp, processor, raws, assert_same)
+    return harness.assert_full_prompt(pp, processor, raws, assert_same)
 
 
-def large_jpeg(h: int, w: int) -> bytes:
-    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
-    from PIL import Image
-
-    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
-    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
-    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
-    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
-
-
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kind", ["noise", "smooth"])
-def test_sizes_png(pair, size, kind):
-    pp, ref = pair
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
-
-
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
-def test_modes_and_formats(pair, name):
-    pp, ref = pair
-    raw = imagegen.modes_corpus()[name]
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
-
-
-@pytest.mark.parametrize("size", [(3000, 4000), (6000, 8000)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_large_photos(pair, size):
-    pp, ref = pair
-    raw = large_jpeg(*size)
-    assert_same(pp.preprocess([raw]), run_reference(ref.image_processor, [raw]))
+test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(
+    check, SIZES, large_sizes=[(3000, 4000), (6000, 8000)])
 
 
 def test_many_images_one_request(pair):
@@ -108,14 +72,13 @@ def test_token_layout(pair, n):
 def test_token_counts_random_sizes(pair):
     """The plan's count (no pixel work) equals LlavaProcessor's own counting code."""
     pp, ref = pair
-    rng = np.random.default_rng(7)
-    sizes = [(int(h), int(w)) for h, w in rng.integers(1, 5000, (60, 2))]
+    sizes = harness.random_sizes(7, (1, 5000, 60))
     expected = ref._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
-    assert [pp.family.plan(h, w, 0).geometry[0] for h, w in sizes] == expected
+    assert harness.plan_counts(pp, sizes) == expected
     assert set(expected) == {576}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(30)
 @given(
     h=st.integers(1, 900),
     w=st.integers(1, 900),
@@ -142,7 +105,7 @@ def test_preset_matches_transformers_defaults():
     assert src.config["vision_feature_select_strategy"] == hf.vision_feature_select_strategy
     assert src.config["vision_config"]["patch_size"] == hf.vision_config.patch_size
     assert src.config["vision_config"]["image_size"] == hf.vision_config.image_size
-    assert fam.plan(480, 640, 0).geometry[0] == hf.image_seq_length
+    assert fam.plan(480, 640, 0).token_count == hf.image_seq_length
     assert fam.field_layout.batched == ("pixel_values",) and not fam.field_layout.flat
 
 
@@ -174,10 +137,7 @@ def test_model_directory(tmp_path, name):
     pre, extra = DIR_CONFIGS[name]
     proc = {"patch_size": 14, "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1,
             "processor_class": "LlavaProcessor"} | extra
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "image_token_index": 32003}))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "llava", "image_token_index": 32003}, proc)
     assert pp.family.name == "llava" and pp.info["image_token_id"] == 32003
     ref = reference(pre, proc, 32003)
     for size in [(300, 500), (37, 600), (500, 37), (1080, 1920), (13, 7), (336, 336)]:
@@ -188,11 +148,8 @@ def test_model_directory(tmp_path, name):
 def test_directory_without_processor_config(tmp_path):
     """The HF processor cannot count without processor_config.json; the count then
     follows config.json the way the model consumes features (CLS dropped): 576."""
-    pre = resolve(PRESET).preprocessor_config
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps(resolve(PRESET).config))
-    pp = Preprocessor.from_model(str(tmp_path))
-    assert pp.family.plan(100, 200, 0).geometry[0] == 576
+    pp = harness.load_dir(tmp_path, resolve(PRESET).preprocessor_config, resolve(PRESET).config)
+    assert pp.family.plan(100, 200, 0).token_count == 576
 
 
 @pytest.mark.parametrize("pre,proc,cause", [
@@ -203,12 +160,8 @@ def test_directory_without_processor_config(tmp_path):
     ({}, {"patch_size": 14, "num_additional_image_tokens": -1}, "num_additional_image_tokens"),
 ])
 def test_bad_model_directory(tmp_path, pre, proc, cause):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre | {"image_processor_type": "CLIPImageProcessor"}))
-    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))
-    with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(str(tmp_path))
-    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
+    e = harness.dir_error(tmp_path, pre | {"image_processor_type": "CLIPImageProcessor"}, {"model_type": "llava"}, proc)
+    assert e.code is Code.INVALID_ARGUMENT and cause in e.message
 
 
 @pytest.mark.parametrize("pre,cfg,family", [

@@ -10,14 +10,16 @@ replaced by ``<|image|>``). Needs torch; the committed fixtures cover CI without
 
 from __future__ import annotations
 
-import json
+import functools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
+from harness import each_mode, each_size
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import phi3v
@@ -47,23 +49,9 @@ SIZES = [(1, 1), (2, 2), (13, 7), (7, 13), (1, 2000), (2000, 1), (20, 3000), (30
          (336, 336), (337, 336), (336, 672), (672, 336), (300, 500), (500, 300), (480, 640), (999, 777),
          (1008, 1680), (1344, 1344), (720, 1280), (1080, 1920)]
 
-_PP: dict = {}
-
-
-def large_jpeg(h: int, w: int) -> bytes:
-    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
-    from PIL import Image
-
-    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
-    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
-    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
-    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
-
-
+@functools.lru_cache(maxsize=None)
 def family_pp(preset: str) -> Preprocessor:
-    if preset not in _PP:
-        _PP[preset] = Preprocessor.from_model(preset)
-    return _PP[preset]
+    return Preprocessor.from_model(preset)
 
 
 def reference(raws, num_crops: int, pre: dict | None = None):
@@ -72,12 +60,9 @@ def reference(raws, num_crops: int, pre: dict | None = None):
 
 
 def assert_same(ours, ref):
-    assert ours.pixel_values.dtype == np.float32 and ours.pixel_values.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
+    harness.assert_pixels(ours, ref["pixel_values"])
     assert set(ours.tensors) == {"image_sizes", "num_img_tokens"}
-    for k in ("image_sizes", "num_img_tokens"):
-        assert ours.tensors[k].dtype == np.int64 and np.array_equal(ours.tensors[k], ref[k]), k
+    harness.assert_tensors(ours, ref, "image_sizes", "num_img_tokens")
     assert ours.token_counts == ref["num_img_tokens"].tolist()
 
 
@@ -92,7 +77,7 @@ def assert_full(pp, raws, num_crops, pre=None):
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size(SIZES)
 def test_sizes(preset, size):
     raw = imagegen.png(*size, seed=size[0] * 3 + size[1], kind="noise" if size[0] * size[1] < 4e5 else "smooth")
     if phi3v.hd_geometry(*size, PRESETS[preset]).resized_h == 0:  # e.g. 1x2000 with 4 crops
@@ -113,15 +98,15 @@ def test_every_grid_shape(preset):
         assert_same(pp.preprocess([raw]), reference([raw], n))
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+@each_mode
 def test_modes_and_formats(name):
     raw = imagegen.modes_corpus()[name]
     assert_same(family_pp("microsoft/Phi-3.5-vision-instruct").preprocess([raw]), reference([raw], 4))
 
 
-@pytest.mark.parametrize("size", [(3000, 4000), (6000, 8000)], ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size([(3000, 4000), (6000, 8000)])
 def test_large_photos(size):
-    raw = large_jpeg(*size)
+    raw = harness.large_jpeg(*size)
     assert_same(family_pp("microsoft/Phi-3-vision-128k-instruct").preprocess([raw]), reference([raw], 16))
 
 
@@ -155,20 +140,18 @@ def test_extreme_aspect_is_refused():
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_token_counts_random_sizes(preset):
     """The plan's count (no pixels) equals the published ``calc_num_image_tokens_from_image_size``."""
-    rng = np.random.default_rng(17)
-    sizes = [(int(h), int(w)) for h, w in rng.integers(1, 4000, (60, 2))]
-    sizes += [(int(h), int(w)) for h, w in rng.integers(1, 80, (20, 2))] + [(1, 3000), (3000, 2), (300, 500)]
+    sizes = harness.random_sizes(17, (1, 4000, 60), (1, 80, 20)) + [(1, 3000), (3000, 2), (300, 500)]
     sizes = [s for s in sizes if phi3v.hd_geometry(*s, PRESETS[preset]).resized_h > 0]  # the rest are refused
     assert len(sizes) >= 80
     pp = family_pp(preset)
-    ours = [pp.family.plan(h, w, 0).geometry[0] for h, w in sizes]
+    ours = harness.plan_counts(pp, sizes)
     assert ours == [phi3v_count_from_size(w, h, PRESETS[preset]) for h, w in sizes]
     assert len(set(ours)) > (15 if PRESETS[preset] == 16 else 5)
     if PRESETS[preset] == 16:
         assert ours[-1] == 2353  # 500 wide, 300 tall
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(25)
 @given(
     sizes=st.lists(st.tuples(st.integers(1, 1200), st.integers(1, 1200)), min_size=1, max_size=3),
     seed=st.integers(0, 2**16),
@@ -202,26 +185,19 @@ DIR_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
 def test_model_directory(tmp_path, name):
     pre = DIR_CONFIGS[name] | {"image_processor_type": "Phi3VImageProcessor"}
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phi3_v"}))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "phi3_v"})
     n = pre.get("num_crops", 1)
     assert pp.family.name == "phi3_v" and pp.family.config.num_crops == n
-    for sizes in [[(300, 500), (13, 7)], [(37, 600), (500, 37), (720, 1280)]]:
-        raws = [imagegen.png(*s, seed=s[0]) if i % 2 else imagegen.jpeg(*s, seed=s[1]) for i, s in enumerate(sizes)]
-        assert_full(pp, raws, n, pre)
+    for sizes in harness.DIR_REQUESTS:
+        assert_full(pp, harness.jpeg_and_png(sizes), n, pre)
 
 
 def test_directory_without_model_type(tmp_path):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "Phi3VImageProcessor",
-                                                                   "num_crops": 4}))
-    assert Preprocessor.from_model(str(tmp_path)).family.name == "phi3_v"
+    pp = harness.load_dir(tmp_path, {"image_processor_type": "Phi3VImageProcessor", "num_crops": 4})
+    assert pp.family.name == "phi3_v"
 
 
 @pytest.mark.parametrize("pre,cause", [({"num_crops": 0}, "num_crops"), ({"do_convert_rgb": False}, "do_convert_rgb")])
 def test_bad_model_directory(tmp_path, pre, cause):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phi3_v"}))
-    with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(str(tmp_path))
-    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
+    e = harness.dir_error(tmp_path, pre, {"model_type": "phi3_v"})
+    assert e.code is Code.INVALID_ARGUMENT and cause in e.message

@@ -10,15 +10,15 @@ expanded ids from the real processor (word-level tokenizer whose image token is
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
-from reference import assert_image_runs, reference_input
+from harness import each_mode, each_size
+from reference import reference_input, run_reference
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import phi4mm
@@ -37,38 +37,28 @@ OVER = [(S + 1, 19 * S), (19 * S, S + 1), (7 * S, 7 * S), (4000, 3000), (20, 160
 SIZES = [(1, 1), (2, 2), (13, 7), (7, 13), (10, 3000), (3000, 10), (20, 3000), (3000, 20), (27, 29), (447, 447),
          (448, 448), (449, 448), (300, 500), (500, 300), (480, 640), (999, 777), (1000, 700), (720, 1280)]
 
-_REFS: dict = {}
-
-
 def reference(pre: dict, image_token_id: int = IMAGE):
-    key = json.dumps([pre, image_token_id], sort_keys=True)
-    if key not in _REFS:
-        _REFS[key] = phi4_processor(pre, image_token_id)
-    return _REFS[key]
+    return harness.cached(phi4_processor, pre, image_token_id)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return Preprocessor.from_model(PRESET), reference(resolve(PRESET).preprocessor_config)
+pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config)).fixture()
 
 
 def assert_same(ours, ref):
-    pv = ref["image_pixel_values"]
-    assert ours.pixel_values.dtype == np.float32 and ours.pixel_values.shape == pv.shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != pv))
-    assert mismatch == 0, f"{mismatch} pixel values differ ({int(np.count_nonzero(ours.pixel_values[:, 0] != pv[:, 0]))} global)"
+    harness.assert_pixels(ours, ref["image_pixel_values"],
+                          lambda differs: f"{int(np.count_nonzero(differs[:, 0]))} global")
     assert set(ours.tensors) == {"image_sizes", "image_attention_mask", "num_img_tokens"}
-    mask = ours.tensors["image_attention_mask"]
-    assert mask.dtype == np.float32 and np.array_equal(mask, ref["image_attention_mask"])
-    sizes = ours.tensors["image_sizes"]
-    assert sizes.dtype == np.int64 and np.array_equal(sizes, ref["image_sizes"])
+    harness.assert_tensors(ours, ref, "image_attention_mask", dtype=np.float32)
+    harness.assert_tensors(ours, ref, "image_sizes")
     counts = ours.tensors["num_img_tokens"]
     assert counts.dtype == np.int64 and counts.tolist() == list(ref["num_img_tokens"]) == ours.token_counts
 
 
-def run_image_processor(processor, raws):
-    out = processor.image_processor([reference_input(r) for r in raws], return_tensors="np")
-    return {k: np.asarray(v) for k, v in out.items()}
+def check(pp, ref, raws):
+    """Ours against the HF image processor on the same bytes."""
+    ours = pp.preprocess(raws)
+    assert_same(ours, run_reference(ref.image_processor, raws))
+    return ours
 
 
 def assert_full(pp, processor, raws):
@@ -79,15 +69,13 @@ def assert_full(pp, processor, raws):
     ref["num_img_tokens"] = processor.image_processor(images)["num_img_tokens"]
     ours = pp.preprocess(raws, input_ids=ids)
     assert_same(ours, ref)
-    assert_image_runs(ours, ref["input_ids"][0], pp.family.image_token_id)
+    harness.assert_image_runs(ours, ref["input_ids"][0], pp.family.image_token_id)
     return ours
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size(SIZES)
 def test_sizes(pair, size):
-    pp, ref = pair
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind="noise" if size[0] * size[1] < 4e5 else "smooth")
-    assert_same(pp.preprocess([raw]), run_image_processor(ref, [raw]))
+    check(*pair, [harness.sized_png(size, "noise" if size[0] * size[1] < 4e5 else "smooth")])
 
 
 def test_every_grid_geometry(pair):
@@ -114,37 +102,27 @@ def test_every_grid_geometry(pair):
     assert len(seen) == sum(36 // r for r in range(1, 37))
 
 
-@pytest.mark.parametrize("size", [(S, S * 4 - 9), (S * 3 - 100, S * 2), (S * 6, S * 6), (S * 36 - 5, 300),
-                                  (200, S * 36), (S * 4, S * 9 - 1), (S * 2 + 1, S * 5 + 1)],
-                         ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size([(S, S * 4 - 9), (S * 3 - 100, S * 2), (S * 6, S * 6), (S * 36 - 5, 300), (200, S * 36), (S * 4, S * 9 - 1),
+            (S * 2 + 1, S * 5 + 1)])
 def test_grid_pixels(pair, size):
     """Pixels of grids from 1x4 to 36x1 and 6x6 (one padded side each)."""
-    pp, ref = pair
-    raw = imagegen.jpeg(*size, seed=size[0])
-    assert_same(pp.preprocess([raw]), run_image_processor(ref, [raw]))
+    check(*pair, [imagegen.jpeg(*size, seed=size[0])])
 
 
-@pytest.mark.parametrize("size", OVER, ids=lambda s: f"{s[0]}x{s[1]}")
+@each_size(OVER)
 def test_over_dynamic_hd(pair, size):
     """More than 36 crops by ceil: the closest-aspect grid search (ties included)."""
-    pp, ref = pair
-    raw = imagegen.jpeg(*size, seed=size[1])
-    ours = pp.preprocess([raw])
-    assert_same(ours, run_image_processor(ref, [raw]))
+    ours = check(*pair, [imagegen.jpeg(*size, seed=size[1])])
     assert ours.pixel_values.shape[1] <= 37
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+@each_mode
 def test_modes_and_formats(pair, name):
-    pp, ref = pair
-    raw = imagegen.modes_corpus()[name]
-    assert_same(pp.preprocess([raw]), run_image_processor(ref, [raw]))
+    check(*pair, [imagegen.modes_corpus()[name]])
 
 
 def test_large_photo(pair):
-    pp, ref = pair
-    raw = imagegen.jpeg(3000, 4000, seed=9)
-    assert_same(pp.preprocess([raw]), run_image_processor(ref, [raw]))
+    check(*pair, [imagegen.jpeg(3000, 4000, seed=9)])
 
 
 def test_extreme_aspect_is_refused(pair):
@@ -152,7 +130,7 @@ def test_extreme_aspect_is_refused(pair):
     pp, ref = pair
     raw = imagegen.png(1, 2000, seed=3)
     with pytest.raises(ValueError, match="extreme"):
-        run_image_processor(ref, [raw])
+        run_reference(ref.image_processor, [raw])
     with pytest.raises(PreprocessError) as e:
         pp.preprocess([raw])
     assert e.value.code is Code.INVALID_ARGUMENT and "aspect ratio" in e.value.message
@@ -182,9 +160,7 @@ def test_token_counts_random_sizes(pair):
     count depends only on the size, so a 1-row image of the same (h, w) is not needed.
     """
     pp, ref = pair
-    rng = np.random.default_rng(23)
-    sizes = [(int(h), int(w)) for h, w in rng.integers(10, 2000, (50, 2))]
-    sizes += [(int(h), int(w)) for h, w in rng.integers(10, 120, (10, 2))] + [(300, 500), (1000, 700)]
+    sizes = harness.random_sizes(23, (10, 2000, 50), (10, 120, 10)) + [(300, 500), (1000, 700)]
     import torch
 
     counts = []
@@ -197,7 +173,7 @@ def test_token_counts_random_sizes(pair):
     ours = []
     for h, w in sizes:
         try:
-            ours.append(pp.family.plan(h, w, 0).geometry[0])
+            ours.append(pp.family.plan(h, w, 0).token_count)
         except PreprocessError:
             ours.append(None)
     assert ours == counts
@@ -205,7 +181,7 @@ def test_token_counts_random_sizes(pair):
     assert len(set(counts)) > 30
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(15)
 @given(
     sizes=st.lists(st.tuples(st.integers(10, 1200), st.integers(10, 1200)), min_size=1, max_size=3),
     seed=st.integers(0, 2**16),
@@ -246,15 +222,11 @@ DIR_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
 def test_model_directory(tmp_path, name):
     pre = DIR_CONFIGS[name] | {"image_processor_type": "Phi4MultimodalImageProcessor"}
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    config = {"model_type": "phi4_multimodal", "vision_config": {"image_token_id": 123456}}
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "phi4_multimodal", "vision_config": {"image_token_id": 123456}})
     assert pp.family.name == "phi4_multimodal" and pp.info["image_token_id"] == 123456
     ref = reference(pre, 123456)
-    for sizes in [[(300, 500), (13, 7)], [(37, 600), (500, 37), (720, 1280)]]:
-        raws = [imagegen.png(*s, seed=s[0]) if i % 2 else imagegen.jpeg(*s, seed=s[1]) for i, s in enumerate(sizes)]
-        assert_full(pp, ref, raws)
+    for sizes in harness.DIR_REQUESTS:
+        assert_full(pp, ref, harness.jpeg_and_png(sizes))
 
 
 @pytest.mark.parametrize("pre,cause", [
@@ -264,20 +236,14 @@ def test_model_directory(tmp_path, name):
     ({"dynamic_hd": 0}, "dynamic_hd"),
 ])
 def test_bad_model_directory(tmp_path, pre, cause):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phi4_multimodal"}))
-    with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(str(tmp_path))
-    assert e.value.code is Code.INVALID_ARGUMENT and cause in e.value.message
+    e = harness.dir_error(tmp_path, pre, {"model_type": "phi4_multimodal"})
+    assert e.code is Code.INVALID_ARGUMENT and cause in e.message
 
 
 def test_remote_code_checkpoint_not_claimed(tmp_path):
     """model_type "phi4mm" (remote code, PIL resize) is not this family."""
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "Phi4MMImageProcessor"}))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phi4mm"}))
-    with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(str(tmp_path))
-    assert "no supported family" in e.value.message
+    e = harness.dir_error(tmp_path, {"image_processor_type": "Phi4MMImageProcessor"}, {"model_type": "phi4mm"})
+    assert "no supported family" in e.message
 
 
 def test_hub_style_directory(tmp_path):
@@ -285,7 +251,5 @@ def test_hub_style_directory(tmp_path):
     pre = {"image_processor_type": "Phi4MultimodalImageProcessorFast", "processor_class": "Phi4MultimodalProcessor",
            "feature_extractor_type": "Phi4MultimodalFeatureExtractor", "audio_compression_rate": 8,
            "audio_downsample_rate": 1, "audio_feat_stride": 1, "dynamic_hd": 36, "sampling_rate": 16000}
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phi4_multimodal", "vision_config": {}}))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "phi4_multimodal", "vision_config": {}})
     assert pp.family.name == "phi4_multimodal" and pp.family.config == Preprocessor.from_model(PRESET).family.config

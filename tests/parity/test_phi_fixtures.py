@@ -9,40 +9,27 @@ must match byte for byte (sha256 of the C-order bytes), token ids included.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 import pytest
 
 import fixtures
+import harness
 from phi_reference import phi3v_expected_ids, phi4_prompt
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.config import ModelSource
 
 MODEL_TYPES = {"Phi4MultimodalImageProcessor": "phi4_multimodal", "Phi3VImageProcessor": "phi3_v"}
 
 
-@lru_cache(maxsize=None)
-def _preset(name: str) -> Preprocessor:
-    return Preprocessor.from_model(name)
-
-
 def preprocessor(params: dict) -> Preprocessor:
     if "model" in params:
-        return _preset(params["model"])
-    pre = params["preprocessor_config"]
-    config = {"model_type": MODEL_TYPES[pre["image_processor_type"]]}
-    return Preprocessor(ModelSource("fixture", "fixture", pre, config).build(), name="fixture", source="fixture")
-
-
-def images(case: dict) -> list[bytes]:
-    value = fixtures.case_input(case)
-    return value if isinstance(value, list) else [value]
+        return harness.case_preprocessor(params)
+    config = {"model_type": MODEL_TYPES[params["preprocessor_config"]["image_processor_type"]]}
+    return harness.case_preprocessor(params, config)
 
 
 @pytest.mark.parametrize("case", fixtures.params("phi4"))
 def test_phi4(case):
-    raws = images(case)
+    raws = harness.case_images(case)
     pp = preprocessor(case["params"])
     _, ids = phi4_prompt(len(raws), pp.family.image_token_id)
     out = pp.preprocess(raws, input_ids=ids)
@@ -56,9 +43,9 @@ def test_phi4(case):
 
 @pytest.mark.parametrize("case", fixtures.params("phi3v"))
 def test_phi3v(case):
-    raws = images(case)
+    raws = harness.case_images(case)
     pp = preprocessor(case["params"])
-    counts = [pp.family.plan(*_size(r), i).geometry[0] for i, r in enumerate(raws)]
+    counts = [pp.family.plan(*_size(r), i).token_count for i, r in enumerate(raws)]
     source, _ = phi3v_expected_ids(len(raws), counts, pp.family.image_token_id)
     out = pp.preprocess(raws, input_ids=source)
     want = case["outputs"]

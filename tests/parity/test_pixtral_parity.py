@@ -10,16 +10,16 @@ in production. Every case runs it on the same bytes and compares with
 from __future__ import annotations
 
 import functools
-import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
 from reference import pixtral_reference, reference_input, run_reference
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc import Code, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.pixtral import TEKKEN_IDS
 
@@ -36,66 +36,24 @@ SIZES = [
     (720, 1280), (1080, 1920), (3000, 20), (20, 3000), (1, 1024), (1024, 1),
 ]
 
-_CACHE: dict = {}
-
-
-def _pair(preset: str):
-    """(ours, the HF processor) for a preset, built once."""
-    if preset not in _CACHE:
-        src = resolve(preset)
-        _CACHE[preset] = (
-            Preprocessor.from_model(preset),
-            pixtral_reference(src.preprocessor_config, src.processor_config, TEKKEN_IDS),
-        )
-    return _CACHE[preset]
-
-
-@pytest.fixture(scope="module", params=PRESETS)
-def pair(request):
-    return _pair(request.param)
+PAIRS = harness.Pairs(PRESETS, lambda src: pixtral_reference(src.preprocessor_config, src.processor_config, TEKKEN_IDS))
+pair = PAIRS.fixture()
 
 
 def assert_same(ours, ref):
-    assert ours.pixel_values.dtype == np.float32
-    assert ours.pixel_values.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
+    harness.assert_pixels(ours, ref["pixel_values"])
+    harness.assert_tensors(ours, ref, "image_sizes")
     sizes = ours.tensors["image_sizes"]
-    assert sizes.dtype == np.int64 and np.array_equal(sizes, ref["image_sizes"])
     assert [(im.resized_height, im.resized_width) for im in ours.images] == [tuple(s) for s in sizes.tolist()]
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kind", ["noise", "smooth"])
-def test_sizes_png(pair, size, kind):
-    pp, ref = pair
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]))
+def check(pp, ref, raws):
+    """Ours against the HF processor on the same bytes."""
+    assert_same(pp.preprocess(raws), run_reference(ref, raws))
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
-def test_modes_and_formats(pair, name):
-    pp, ref = pair
-    raw = imagegen.modes_corpus()[name]
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]))
-
-
-@functools.lru_cache(maxsize=None)
-def _large_jpeg(h: int, w: int) -> bytes:
-    """A photo-sized JPEG made quickly: an upscaled smooth image plus tiled noise detail."""
-    from PIL import Image
-
-    smooth = Image.fromarray(imagegen.pixels(h // 16, w // 16, seed=3, kind="smooth")).resize((w, h), Image.BILINEAR)
-    detail = np.tile(imagegen.pixels(61, 53, seed=4), (h // 61 + 1, w // 53 + 1, 1))[:h, :w]
-    a = (np.asarray(smooth, dtype=np.int16) + detail // 4 - 32).clip(0, 255).astype(np.uint8)
-    return imagegen.encode(Image.fromarray(a), "JPEG", quality=85)
-
-
-@pytest.mark.parametrize("size", [(6000, 8000), (8000, 6000)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_large_photos(pair, size):
-    pp, ref = pair
-    raw = _large_jpeg(*size)
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]))
+test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(
+    check, SIZES, large_sizes=[(6000, 8000), (8000, 6000)])
 
 
 def test_batch_padding(pair):
@@ -112,7 +70,7 @@ def test_batch_padding(pair):
         assert not pv[i, :, h:, :].any() and not pv[i, :, :, w:].any()
 
 
-@pytest.mark.parametrize("size", [(1, 2000), (2, 4000), (1, 1541)], ids=lambda s: f"{s[0]}x{s[1]}")
+@harness.each_size([(1, 2000), (2, 4000), (1, 1541)])
 def test_side_shrinks_to_zero(pair, size):
     """A side that floors to 0 inside the longest edge: HF raises, we reject that image."""
     pp, ref = pair
@@ -120,15 +78,10 @@ def test_side_shrinks_to_zero(pair, size):
     limit = pp.family.config.max_height
     if max(size) <= limit:
         pytest.skip("fits without shrinking for this preset")
-    with pytest.raises(ValueError):
-        run_reference(ref, [raw])
-    with pytest.raises(PreprocessError) as e:
-        pp.preprocess([imagegen.png(10, 10), raw])
-    assert e.value.code is Code.INVALID_ARGUMENT and e.value.item == 1
-    assert "image 1" in str(e.value) and "0 pixels" in str(e.value)
+    harness.assert_both_refuse(pp, functools.partial(run_reference, ref), raw, "0 pixels")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(40)
 @given(
     h=st.integers(1, 1700),
     w=st.integers(1, 1700),
@@ -137,7 +90,7 @@ def test_side_shrinks_to_zero(pair, size):
     preset=st.sampled_from(PRESETS),
 )
 def test_random_sizes(h, w, seed, kind, preset):
-    pp, ref = _pair(preset)
+    pp, ref = PAIRS(preset)
     raw = imagegen.png(h, w, seed=seed, kind=kind)
     try:
         expected = run_reference(ref, [raw])
@@ -164,13 +117,6 @@ def _random_sizes(n: int, seed: int) -> list[tuple[int, int]]:
 TOKEN_SIZES = _random_sizes(60, seed=1234) + [(1, 1), (16, 16), (28, 28), (1024, 1024), (1540, 1540), (300, 500)]
 
 
-def _flat_png(h: int, w: int) -> bytes:
-    """Cheap to make at any size: the sizes, not the content, are under test here."""
-    from PIL import Image
-
-    return imagegen.encode(Image.new("RGB", (w, h), (h % 256, w % 256, 77)), "PNG", compress_level=1)
-
-
 def _expected_expansion(rows: int, cols: int) -> np.ndarray:
     row = [TEKKEN_IDS["[IMG]"]] * cols + [TEKKEN_IDS["[IMG_BREAK]"]]
     seq = np.array(row * rows, dtype=np.int64)
@@ -182,14 +128,14 @@ def _expected_expansion(rows: int, cols: int) -> np.ndarray:
 def test_token_sequences_match_processor(preset):
     """Per image: the processor's expanded ids for a prompt with text around two [IMG]
     placeholders equal ours (count, [IMG_BREAK] rows, [IMG_END] last), for 66 sizes."""
-    pp, ref = _pair(preset)
+    pp, ref = PAIRS(preset)
     unit = pp.family.config.unit
     prompt = "hello [IMG] describe these [IMG] world"
     prompt_ids = np.asarray(ref.tokenizer(prompt)["input_ids"], dtype=np.int64)
     assert np.count_nonzero(prompt_ids == TEKKEN_IDS["[IMG]"]) == 2
     checked = 0
     for a, b in zip(TOKEN_SIZES[0::2], TOKEN_SIZES[1::2]):
-        raws = [_flat_png(*s) for s in (a, b)]
+        raws = [harness.flat_png(*s) for s in (a, b)]
         hf = ref(images=[reference_input(r) for r in raws], text=[prompt], return_tensors="np")
         ours = pp.preprocess(raws, input_ids=prompt_ids)
         assert np.array_equal(ours.input_ids, hf["input_ids"][0])
@@ -217,7 +163,7 @@ def test_pixtral_preset_equals_class_defaults():
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
     ip, vision = PixtralImageProcessorPil(), PixtralVisionConfig()
-    pp, ref = _pair(PIXTRAL)
+    pp, ref = PAIRS(PIXTRAL)
     c = pp.family.config
     assert (c.max_height, c.max_width) == (ip.size.longest_edge,) * 2 == (vision.image_size,) * 2
     assert c.patch_size == ip.patch_size["height"] == vision.patch_size == ref.patch_size
@@ -234,7 +180,7 @@ def test_mistral3_preset_equals_config_class():
     from transformers import Mistral3Config
 
     hf = Mistral3Config()
-    pp, ref = _pair(MISTRAL3)
+    pp, ref = PAIRS(MISTRAL3)
     c = pp.family.config
     assert pp.info["image_token_id"] == hf.image_token_index == hf.image_token_id
     assert c.patch_size == hf.vision_config.patch_size == ref.patch_size
@@ -244,14 +190,6 @@ def test_mistral3_preset_equals_config_class():
 
 
 # -- model directories ------------------------------------------------------------------
-
-
-def _dir(tmp_path, pre: dict, cfg: dict, proc: dict | None):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    if proc is not None:
-        (tmp_path / "processor_config.json").write_text(json.dumps(proc))
-    return Preprocessor.from_model(str(tmp_path))
 
 
 MISTRAL3_CFG = {"model_type": "mistral3", "image_token_index": 10, "spatial_merge_size": 2,
@@ -283,12 +221,11 @@ DIRS = {
 @pytest.mark.parametrize("name", sorted(DIRS))
 def test_model_directory(tmp_path, name):
     pre, cfg, proc, hf_proc = DIRS[name]
-    pp = _dir(tmp_path, pre, cfg, proc)
+    pp = harness.load_dir(tmp_path, pre, cfg, proc)
     assert pp.family.name == "pixtral"
     ref = pixtral_reference(pre, proc if hf_proc is None else hf_proc, TEKKEN_IDS)
-    for size in [(300, 500), (37, 2000), (1080, 1920), (13, 7)]:
-        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
-        assert_same(pp.preprocess(raws), run_reference(ref, raws))
+    for size in harness.DIR_SIZES:
+        check(pp, ref, harness.png_and_jpeg(size))
 
 
 def test_mistral3_processor_file_without_merge_size(tmp_path):
@@ -297,11 +234,10 @@ def test_mistral3_processor_file_without_merge_size(tmp_path):
     model has features for. We take config.json's spatial_merge_size (the model's), i.e.
     the output of the processor configured as the model needs it."""
     proc = {k: v for k, v in resolve(MISTRAL3).processor_config.items() if k != "spatial_merge_size"}
-    pp = _dir(tmp_path, resolve(MISTRAL3).preprocessor_config, MISTRAL3_CFG, proc)
+    pp = harness.load_dir(tmp_path, resolve(MISTRAL3).preprocessor_config, MISTRAL3_CFG, proc)
     assert pp.family.config.unit == 28
     ref = pixtral_reference(resolve(MISTRAL3).preprocessor_config, {**proc, "spatial_merge_size": 2}, TEKKEN_IDS)
-    raws = [imagegen.png(300, 500), imagegen.png(61, 87, seed=2)]
-    assert_same(pp.preprocess(raws), run_reference(ref, raws))
+    check(pp, ref, [imagegen.png(300, 500), imagegen.png(61, 87, seed=2)])
 
 
 def test_llava_without_pixtral_is_not_ours(tmp_path):
@@ -323,13 +259,11 @@ def test_llava_without_pixtral_is_not_ours(tmp_path):
 )
 def test_unknown_token_ids_rejected(tmp_path, cfg, proc, message):
     """Only the Tekken ids are known here: anything else is refused, not guessed."""
-    with pytest.raises(PreprocessError) as e:
-        _dir(tmp_path, {}, cfg, proc)
-    assert e.value.code is Code.INVALID_ARGUMENT and message in str(e.value)
+    e = harness.dir_error(tmp_path, {}, cfg, proc)
+    assert e.code is Code.INVALID_ARGUMENT and message in str(e)
 
 
 @pytest.mark.parametrize("key", ["do_resize", "do_convert_rgb"])
 def test_unsupported_switches_rejected(tmp_path, key):
-    with pytest.raises(PreprocessError) as e:
-        _dir(tmp_path, {key: False}, MISTRAL3_CFG, {})
-    assert e.value.code is Code.INVALID_ARGUMENT and key in str(e.value)
+    e = harness.dir_error(tmp_path, {key: False}, MISTRAL3_CFG, {})
+    assert e.code is Code.INVALID_ARGUMENT and key in str(e)

@@ -6,16 +6,17 @@ Every case runs the real processor on the same bytes and compares with
 
 from __future__ import annotations
 
-import json
+import functools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+import harness
 import imagegen
 from reference import qwen_reference, run_reference
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
 
 PRESETS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
@@ -28,43 +29,27 @@ SIZES = [
 ]
 
 
-@pytest.fixture(scope="module", params=PRESETS)
-def pair(request):
-    src = resolve(request.param)
-    return Preprocessor.from_model(request.param), qwen_reference(src.preprocessor_config)
+PAIRS = harness.Pairs(PRESETS, lambda src: qwen_reference(src.preprocessor_config))
+pair = PAIRS.fixture()
 
 
 def assert_same(ours, ref, merge: int):
-    assert ours.pixel_values.dtype == np.float32
-    assert ours.pixel_values.shape == ref["pixel_values"].shape
-    mismatch = int(np.count_nonzero(ours.pixel_values != ref["pixel_values"]))
-    assert mismatch == 0, f"{mismatch} pixel values differ"
+    harness.assert_pixels(ours, ref["pixel_values"])
+    harness.assert_tensors(ours, ref, "image_grid_thw")
     grid = ours.tensors["image_grid_thw"]
-    assert grid.dtype == np.int64 and np.array_equal(grid, ref["image_grid_thw"])
     assert np.array_equal(ours.tensors["patches_per_image"], grid.prod(axis=1))
     assert ours.token_counts == [int(g.prod()) // merge**2 for g in grid]
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("kind", ["noise", "smooth"])
-def test_sizes_png(pair, size, kind):
-    pp, ref = pair
-    raw = imagegen.png(*size, seed=size[0] * 7 + size[1], kind=kind)
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
+def check(pp, ref, raws):
+    """Ours against the HF image processor on the same bytes."""
+    assert_same(pp.preprocess(raws), run_reference(ref, raws), pp.family.config.merge_size)
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
-def test_modes_and_formats(pair, name):
-    pp, ref = pair
-    raw = imagegen.modes_corpus()[name]
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
-
-
-@pytest.mark.parametrize("size", [(3000, 4000), (4000, 3000), (6000, 8000)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_large_photos(pair, size):
-    pp, ref = pair
-    raw = imagegen.jpeg(*size, seed=3, kind="smooth", quality=85)
-    assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), pp.family.config.merge_size)
+test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(
+    check, SIZES, large_sizes=[(3000, 4000), (4000, 3000), (6000, 8000)],
+    large=lambda h, w: imagegen.jpeg(h, w, seed=3, kind="smooth", quality=85),
+)
 
 
 def test_just_over_max_pixels():
@@ -76,12 +61,11 @@ def test_just_over_max_pixels():
 
 
 def test_many_images_one_request(pair):
-    pp, ref = pair
     raws = [imagegen.png(40 + 37 * i, 300 - 23 * i, seed=i) for i in range(5)] + [imagegen.jpeg(480, 640)]
-    assert_same(pp.preprocess(raws), run_reference(ref, raws), pp.family.config.merge_size)
+    check(*pair, raws)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(40)
 @given(
     h=st.integers(1, 900),
     w=st.integers(1, 900),
@@ -92,29 +76,12 @@ def test_many_images_one_request(pair):
 def test_random_sizes(h, w, seed, kind, preset):
     if max(h, w) / min(h, w) > 200:
         return  # rejected; covered by test_aspect_ratio_over_200
-    pp = _cached(preset)
-    raw = imagegen.png(h, w, seed=seed, kind=kind)
-    assert_same(pp[0].preprocess([raw]), run_reference(pp[1], [raw]), pp[0].family.config.merge_size)
-
-
-_CACHE: dict = {}
-
-
-def _cached(preset):
-    if preset not in _CACHE:
-        _CACHE[preset] = (Preprocessor.from_model(preset), qwen_reference(resolve(preset).preprocessor_config))
-    return _CACHE[preset]
+    check(*PAIRS(preset), [imagegen.png(h, w, seed=seed, kind=kind)])
 
 
 def test_aspect_ratio_over_200(pair):
     pp, ref = pair
-    raw = imagegen.png(2, 500)
-    with pytest.raises(ValueError):
-        run_reference(ref, [raw])
-    with pytest.raises(PreprocessError) as e:
-        pp.preprocess([imagegen.png(10, 10), raw])
-    assert e.value.code is Code.INVALID_ARGUMENT and e.value.item == 1
-    assert "image 1" in str(e.value) and "aspect ratio" in str(e.value)
+    harness.assert_both_refuse(pp, functools.partial(run_reference, ref), imagegen.png(2, 500), "aspect ratio")
 
 
 # -- model directories with non-default settings ----------------------------------------
@@ -137,10 +104,7 @@ DIR_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(DIR_CONFIGS))
 def test_model_directory(tmp_path, name):
     pre = DIR_CONFIGS[name]
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "image_token_id": 151655}))
-    pp = Preprocessor.from_model(str(tmp_path))
+    pp = harness.load_dir(tmp_path, pre, {"model_type": "qwen2_vl", "image_token_id": 151655})
     ref = qwen_reference(pre)
-    for size in [(300, 500), (37, 2000), (1080, 1920), (13, 7)]:
-        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
-        assert_same(pp.preprocess(raws), run_reference(ref, raws), pp.family.config.merge_size)
+    for size in harness.DIR_SIZES:
+        check(pp, ref, harness.png_and_jpeg(size))

@@ -13,10 +13,11 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import fixtures
+import harness
 import imagegen
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
@@ -34,9 +35,8 @@ def torchvision_pp(model: str) -> Preprocessor:
 def dir_pp(tmp_path_factory, pre: dict) -> Preprocessor:
     key = json.dumps(pre, sort_keys=True)
     if key not in _PP:
-        d = tmp_path_factory.mktemp("qwen")
-        (d / "preprocessor_config.json").write_text(json.dumps(pre))
-        (d / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "image_token_id": 151655}))
+        config = {"model_type": "qwen2_vl", "image_token_id": 151655}
+        d = harness.write_model_dir(tmp_path_factory.mktemp("qwen"), pre, config)
         _PP[key] = Preprocessor.from_model(f"{d}@torchvision")
     return _PP[key]
 
@@ -60,8 +60,7 @@ def assert_same(out, ref: dict) -> None:
 
 @pytest.mark.parametrize("case", fixtures.params("qwen_torchvision"))
 def test_fixture(case, tmp_path_factory):
-    value = fixtures.case_input(case)
-    raws = value if isinstance(value, list) else [value]
+    raws = harness.case_images(case)
     p = case["params"]
     pp = torchvision_pp(p["model"]) if "model" in p else dir_pp(tmp_path_factory, p["preprocessor_config"])
     out = pp.preprocess(raws)
@@ -111,9 +110,8 @@ def test_resample_preference_leaves_other_families_alone():
 
 @pytest.mark.parametrize("resample", [4, 5])
 def test_box_and_hamming_have_no_torchvision_form(tmp_path, resample):
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"resample": resample}))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
-    assert Preprocessor.from_model(str(tmp_path)).info["reference_processor"].endswith("Pil")
+    pp = harness.load_dir(tmp_path, {"resample": resample}, {"model_type": "qwen2_vl"})
+    assert pp.info["reference_processor"].endswith("Pil")
     with pytest.raises(PreprocessError) as e:
         Preprocessor.from_model(f"{tmp_path}@torchvision")
     assert e.value.code is Code.INVALID_ARGUMENT
@@ -139,18 +137,15 @@ def test_cli_preprocess_resample(tmp_path, capsys):
 def ref_for():
     pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from reference import reference_input
+    from reference import run_reference
     from transformers import Qwen2VLImageProcessor
 
-    cache = {}
+    def processor(pre: dict):
+        skip = ("image_processor_type", "processor_class")
+        return Qwen2VLImageProcessor(**{k: v for k, v in pre.items() if k not in skip})
 
     def run(pre: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-        key = json.dumps(pre, sort_keys=True)
-        if key not in cache:
-            cfg = {k: v for k, v in pre.items() if k not in ("image_processor_type", "processor_class")}
-            cache[key] = Qwen2VLImageProcessor(**cfg)
-        out = cache[key]([reference_input(r) for r in raws], return_tensors="np")
-        return {k: np.asarray(v) for k, v in out.items()}
+        return run_reference(harness.cached(processor, pre), raws)
 
     return run
 
@@ -169,7 +164,7 @@ def test_against_processor_sizes(ref_for, preset):
             assert_same(pp.preprocess([raw]), ref_for(pre, [raw]))
 
 
-@pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
+@harness.each_mode
 def test_against_processor_modes(ref_for, name):
     raw = imagegen.modes_corpus()[name]
     assert_same(torchvision_pp(PRESETS[0]).preprocess([raw]), ref_for(resolve(PRESETS[0]).preprocessor_config, [raw]))
@@ -184,7 +179,7 @@ def test_against_processor_large_photo_and_batch(ref_for):
     assert_same(pp.preprocess(raws), ref_for(pre, raws))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@harness.examples(40)
 @given(h=st.integers(1, 700), w=st.integers(1, 700), seed=st.integers(0, 2**16),
        kind=st.sampled_from(["noise", "smooth"]), preset=st.sampled_from([PRESETS[0], PRESETS[2]]))
 def test_against_processor_random_sizes(ref_for, h, w, seed, kind, preset):
@@ -207,19 +202,11 @@ DIR_CONFIGS = {
 def test_against_processor_model_directory(ref_for, tmp_path_factory, name):
     pre = DIR_CONFIGS[name]
     pp = dir_pp(tmp_path_factory, pre)
-    for size in [(300, 500), (37, 2000), (1080, 1920), (13, 7)]:
-        raws = [imagegen.png(*size, seed=size[0]), imagegen.jpeg(*size, seed=size[1])]
+    for size in harness.DIR_SIZES:
+        raws = harness.png_and_jpeg(size)
         assert_same(pp.preprocess(raws), ref_for(pre, raws))
 
 
 def test_committed_fixtures_match_installed_torch(ref_for):
-    import sys
-    from pathlib import Path
-
-    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import gen_fixtures
-
-    fresh = gen_fixtures.generate("qwen_torchvision", limit=12)["cases"]
+    fresh = fixtures.generator().generate("qwen_torchvision", limit=12)["cases"]
     assert fresh == fixtures.cases("qwen_torchvision")[: len(fresh)]
