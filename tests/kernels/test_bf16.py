@@ -121,12 +121,4 @@ def test_against_transformers_random_statistics(torch):
 
 @pytest.mark.parametrize("name", ["bf16", "torchvision_lut"])
 def test_committed_fixtures_match_installed_torch(torch, name):
-    import sys
-    from pathlib import Path
-
-    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import gen_fixtures
-
-    assert gen_fixtures.generate(name)["cases"] == fixtures.cases(name)
+    assert fixtures.generator().generate(name)["cases"] == fixtures.cases(name)

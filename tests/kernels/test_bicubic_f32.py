@@ -10,9 +10,6 @@ file still describes the installed torch.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -111,10 +108,5 @@ def test_values_far_outside_unit_range(interpolate):
 
 def test_committed_fixtures_match_installed_torch(torch):
     """The generator, rerun on the first cases, reproduces the committed file."""
-    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import gen_fixtures
-
-    fresh = gen_fixtures.generate("bicubic_f32", limit=25)["cases"]
+    fresh = fixtures.generator().generate("bicubic_f32", limit=25)["cases"]
     assert fresh == fixtures.cases("bicubic_f32")[: len(fresh)]

@@ -8,9 +8,6 @@ regenerated to prove the committed file still describes the installed torch.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -99,12 +96,7 @@ def test_bad_arguments():
 def gen():
     pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    scripts = str(Path(__file__).resolve().parents[2] / "scripts")
-    if scripts not in sys.path:
-        sys.path.insert(0, scripts)
-    import gen_fixtures
-
-    return gen_fixtures
+    return fixtures.generator()
 
 
 def _sizes(seed: int, n: int, top: int):
