@@ -175,7 +175,7 @@ def test_bad_model_directory(tmp_path, pre, proc, cause):
 def test_family_selection(pre, cfg, family):
     from sglang_mm_grpc.families import FAMILIES
 
-    assert next(name for name, matches, _ in FAMILIES if matches(pre, cfg)) == family
+    assert next(e.family.name for e in FAMILIES if e.matches(pre, cfg)) == family
 
 
 @pytest.mark.parametrize("pre,cfg", [

@@ -28,7 +28,7 @@ _PP: dict = {}
 
 def torchvision_pp(model: str) -> Preprocessor:
     if model not in _PP:
-        _PP[model] = Preprocessor.from_model(model, resample="torchvision")
+        _PP[model] = Preprocessor.from_model(model, processor="torchvision")
     return _PP[model]
 
 
@@ -76,14 +76,14 @@ def test_fixture(case, tmp_path_factory):
 
 def test_backend_choice_and_reference_name():
     pil = Preprocessor.from_model(PRESETS[0])
-    tv = Preprocessor.from_model(PRESETS[0], resample="torchvision")
+    tv = Preprocessor.from_model(PRESETS[0], processor="torchvision")
     suffixed = Preprocessor.from_model(PRESETS[0] + "@torchvision")
     assert pil.info["reference_processor"] == "Qwen2VLImageProcessorPil"
     assert tv.info["reference_processor"] == suffixed.info["reference_processor"] == "Qwen2VLImageProcessor"
     assert tv.name == PRESETS[0] and suffixed.name == PRESETS[0] + "@torchvision"
     assert Preprocessor.from_model(f"q={PRESETS[0]}@torchvision").name == "q"
     # The suffix wins over the deployment-wide preference; "pil" is always there.
-    assert Preprocessor.from_model(PRESETS[0] + "@pil", resample="torchvision").info["reference_processor"].endswith("Pil")
+    assert Preprocessor.from_model(PRESETS[0] + "@pil", processor="torchvision").info["reference_processor"].endswith("Pil")
     # Cache keys must tell the two apart.
     assert pil.spec_key != tv.spec_key == suffixed.spec_key
 
@@ -98,13 +98,13 @@ def test_backends_give_different_pixels_same_geometry():
 
 
 def test_resample_preference_leaves_other_families_alone():
-    pp = Preprocessor.from_model("llava-hf/llava-1.5-7b-hf", resample="torchvision")
+    pp = Preprocessor.from_model("llava-hf/llava-1.5-7b-hf", processor="torchvision")
     assert pp.info["reference_processor"].endswith("Pil")
     with pytest.raises(PreprocessError) as e:
         Preprocessor.from_model("llava-hf/llava-1.5-7b-hf@torchvision")
     assert e.value.code is Code.INVALID_ARGUMENT and "torchvision" in e.value.message
     with pytest.raises(PreprocessError) as e:
-        Preprocessor.from_model(PRESETS[0], resample="opencv")
+        Preprocessor.from_model(PRESETS[0], processor="opencv")
     assert e.value.code is Code.INVALID_ARGUMENT
 
 
