@@ -40,49 +40,15 @@ class SnapshotCollector:
         yield _counter("images", "Images in successful Preprocess calls.", s.images)
         yield _counter("image_bytes", "Encoded bytes of those images.", s.image_bytes)
 
-        f = s.fetch or {}
-        yield _counter("fetches", "Fetches started (http(s) and local files).", f.get("fetches_started", 0))
-        yield _counter("fetch_failures", "Fetches that failed.", f.get("fetches_failed", 0))
-        yield _counter("fetch_bytes", "Bytes fetched (http(s) and local files).", f.get("bytes_fetched", 0))
-        yield _gauge("fetches_in_flight", "Fetches in flight now.", f.get("in_flight", 0))
-        refusals = CounterMetricFamily(PREFIX + "fetch_refusals", "Sources refused by the fetch policy, by reason.", labels=["reason"])
-        for reason, n in sorted(f.get("refusals", {}).items()):
-            refusals.add_metric([reason], n)
-        yield refusals
-
-        if s.cache is not None:
-            c = s.cache
-            yield _counter("cache_hits", "Preprocessing cache hits.", c.hits)
-            yield _counter("cache_misses", "Preprocessing cache misses.", c.misses)
-            yield _counter("cache_evictions", "Preprocessing cache evictions.", c.evictions)
-            yield _gauge("cache_items", "Images in the preprocessing cache.", c.items)
-            yield _gauge("cache_bytes", "Bytes in the preprocessing cache.", c.bytes)
-            yield _gauge("cache_max_bytes", "Preprocessing cache capacity.", c.max_bytes)
-            yield _gauge("cache_peak_bytes", "The most the preprocessing cache ever held.", c.peak_bytes)
-        if s.store is not None:
-            st = s.store
-            yield _gauge("store_items", "Handles kept now.", st.items)
-            yield _gauge("store_bytes", "Bytes kept under handles now.", st.bytes)
-            yield _gauge("store_max_bytes", "Handle store capacity in bytes.", st.max_bytes)
-            yield _gauge("store_max_items", "Handle store capacity in handles.", st.max_items)
-            yield _gauge("store_peak_bytes", "The most the handle store ever held.", st.peak_bytes)
-            yield _counter("store_evictions", "Handles evicted to make room.", st.evicted)
-            yield _counter("store_expired", "Handles that expired unused.", st.expired)
-
+        yield from _fetch_metrics(s.fetch or {})
+        yield from _cache_and_store_metrics(s)
         yield _gauge("worker_busy", "Worker pool tasks running or queued now.", s.work_busy)
         steps = CounterMetricFamily(PREFIX + "image_steps", "Per-image decode/process steps, by outcome.", labels=["outcome"])
         steps.add_metric(["run"], s.image_steps)
         steps.add_metric(["skipped_cancelled"], s.image_steps_skipped)
         yield steps
 
-        hist = HistogramMetricFamily(PREFIX + "stage_seconds", "Latency of each stage of successful calls.", labels=["stage"])
-        for stage, h in s.stages.items():
-            cumulative, buckets = 0, []
-            for bound, n in zip((*BUCKETS_MS, float("inf")), h.counts):
-                cumulative += n
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound / 1e3), cumulative))
-            hist.add_metric([stage], buckets, sum_value=h.sum_ms / 1e3)
-        yield hist
+        yield _stage_histogram(s)
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -106,3 +72,46 @@ class MetricsEndpoint:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+
+
+def _fetch_metrics(f: dict):
+    yield _counter("fetches", "Fetches started (http(s) and local files).", f.get("fetches_started", 0))
+    yield _counter("fetch_failures", "Fetches that failed.", f.get("fetches_failed", 0))
+    yield _counter("fetch_bytes", "Bytes fetched (http(s) and local files).", f.get("bytes_fetched", 0))
+    yield _gauge("fetches_in_flight", "Fetches in flight now.", f.get("in_flight", 0))
+    refusals = CounterMetricFamily(PREFIX + "fetch_refusals", "Sources refused by the fetch policy, by reason.", labels=["reason"])
+    for reason, n in sorted(f.get("refusals", {}).items()):
+        refusals.add_metric([reason], n)
+    yield refusals
+
+
+def _cache_and_store_metrics(s):
+    if s.cache is not None:
+        c = s.cache
+        yield _counter("cache_hits", "Preprocessing cache hits.", c.hits)
+        yield _counter("cache_misses", "Preprocessing cache misses.", c.misses)
+        yield _counter("cache_evictions", "Preprocessing cache evictions.", c.evictions)
+        yield _gauge("cache_items", "Images in the preprocessing cache.", c.items)
+        yield _gauge("cache_bytes", "Bytes in the preprocessing cache.", c.bytes)
+        yield _gauge("cache_max_bytes", "Preprocessing cache capacity.", c.max_bytes)
+        yield _gauge("cache_peak_bytes", "The most the preprocessing cache ever held.", c.peak_bytes)
+    if s.store is not None:
+        st = s.store
+        yield _gauge("store_items", "Handles kept now.", st.items)
+        yield _gauge("store_bytes", "Bytes kept under handles now.", st.bytes)
+        yield _gauge("store_max_bytes", "Handle store capacity in bytes.", st.max_bytes)
+        yield _gauge("store_max_items", "Handle store capacity in handles.", st.max_items)
+        yield _gauge("store_peak_bytes", "The most the handle store ever held.", st.peak_bytes)
+        yield _counter("store_evictions", "Handles evicted to make room.", st.evicted)
+        yield _counter("store_expired", "Handles that expired unused.", st.expired)
+
+
+def _stage_histogram(s) -> HistogramMetricFamily:
+    hist = HistogramMetricFamily(PREFIX + "stage_seconds", "Latency of each stage of successful calls.", labels=["stage"])
+    for stage, h in s.stages.items():
+        cumulative, buckets = 0, []
+        for bound, n in zip((*BUCKETS_MS, float("inf")), h.counts):
+            cumulative += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound / 1e3), cumulative))
+        hist.add_metric([stage], buckets, sum_value=h.sum_ms / 1e3)
+    return hist

@@ -99,31 +99,24 @@ LAYERS: dict[str, dict[str, list[str]]] = {
         "may_import": ["service", "wire", "config", "driver", "families", "media", "base", "kernels"],
         "third_party": ["grpc", "grpc_health", "grpc_reflection", "prometheus_client", "numpy"],
     },
-    "entry": {  # what users call: the CLI, the client, the package's public names, the bench
+    "entry": {  # what users call: the CLI, the client, the package's public names
         "modules": [
             "sglang_mm_grpc",
             "sglang_mm_grpc.cli",
             "sglang_mm_grpc.cli_remote",
             "sglang_mm_grpc.client",
-            "sglang_mm_grpc.bench",
         ],
         "may_import": ["server", "service", "wire", "config", "driver", "families", "media", "base", "kernels"],
-        # the runtime dependencies, plus matplotlib (the bench extra: bench --chart)
         "third_party": [
             "numpy", "numba", "llvmlite", "PIL", "blake3", "httpx", "httpcore", "grpc", "grpc_health",
-            "grpc_reflection", "grpc_tools", "google.protobuf", "prometheus_client", "matplotlib",
+            "grpc_reflection", "grpc_tools", "google.protobuf", "prometheus_client",
         ],
     },
 }
 
-# Test-only packages (the test extra): never imported by the package ...
+# Test-only packages (the test extra): never imported by the package (scripts/bench.py,
+# outside it, times the HF processors).
 TEST_ONLY = ["transformers", "torch", "torchvision", "pytest", "hypothesis", "tests"]
-# ... except these, by these modules, and only inside a ``try`` whose handler catches
-# ImportError, so the module works without them. bench times the HF processors next to
-# ours when they are installed and leaves their columns empty otherwise.
-OPTIONAL_TEST_ONLY = {
-    "sglang_mm_grpc.bench": ["transformers", "torch", "torchvision"],
-}
 
 # -- the checker ----------------------------------------------------------------------
 
@@ -184,21 +177,6 @@ def _describe(layer: str) -> str:
     return f"layer {layer!r} may import only {', '.join(allowed)}"
 
 
-def _guarded_nodes(tree: ast.AST) -> set[int]:
-    """ids of the nodes inside the body of a ``try`` that catches ImportError."""
-    guarded: set[int] = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            continue
-        catches = set()
-        for handler in node.handlers:
-            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-            catches |= {t.id for t in types if isinstance(t, ast.Name)}
-        if catches & {"ImportError", "ModuleNotFoundError"}:
-            guarded |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return guarded
-
-
 def resolve(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
     """The module names an import statement imports (one per name; `from X import y`
     imports X.y when that is a module of the package, else X; of a third-party X, X)."""
@@ -230,9 +208,7 @@ def check_source(
     rule = LAYERS[layer]
     allowed_layers = {layer, *rule["may_import"]}
     allowed_modules = set(rule.get("may_import_modules", []))
-    optional = set(OPTIONAL_TEST_ONLY.get(module, []))
     tree = ast.parse(source, filename=path)
-    guarded = _guarded_nodes(tree)
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
@@ -252,11 +228,7 @@ def check_source(
                 elif t_layer not in allowed_layers and not any(_matches(target, m) for m in allowed_modules):
                     problems.append(f"{where}: {module} ({layer}) imports {target} ({t_layer}); {_describe(layer)}")
             elif root in TEST_ONLY:
-                if root in optional and id(node) in guarded:
-                    continue
-                extra = (f" ({module} may import {root} only inside try/except ImportError)"
-                         if root in optional else "")
-                problems.append(f"{where}: imports {target}: {root} is test-only, the package never imports it{extra}")
+                problems.append(f"{where}: imports {target}: {root} is test-only, the package never imports it")
             elif root in sys.stdlib_module_names:
                 continue
             elif any(_under(target, tp) for tp in rule["third_party"]):
@@ -297,8 +269,6 @@ def test_table_is_consistent():
     for module in known_modules():
         owners = [layer for layer, rule in LAYERS.items() if any(_matches(module, e) for e in rule["modules"])]
         assert len(owners) <= 1, f"{module} is in layers {owners}"
-    for module in OPTIONAL_TEST_ONLY:
-        assert layer_of(module) is not None
 
 
 def test_imports_follow_the_layers():
@@ -352,17 +322,13 @@ def test_checker_reports_violations():
     (p,) = _check("sglang_mm_grpc.wire", "from .driver import Preprocessor\n")
     assert "(driver)" in p
 
-    # test-only packages, anywhere; the bench's HF references only behind except ImportError
+    # test-only packages, anywhere, even behind except ImportError
     (p,) = _check("sglang_mm_grpc.driver", "def f():\n    import torch\n")
     assert ":2:" in p and "torch is test-only" in p
     (p,) = _check("sglang_mm_grpc.cli", "from tests.fixtures import x\n")
     assert "tests is test-only" in p
     (p,) = _check("sglang_mm_grpc.cli", "import imagegen\n")
     assert "test helper under tests/" in p
-    bench = "sglang_mm_grpc.bench"
-    assert _check(bench, "try:\n    import transformers\nexcept ImportError:\n    pass\n") == []
-    (p,) = _check(bench, "import transformers\n")
-    assert "only inside try/except ImportError" in p
     (p,) = _check("sglang_mm_grpc.cli", "try:\n    import transformers\nexcept ImportError:\n    pass\n")
     assert "transformers is test-only" in p
 
