@@ -66,7 +66,6 @@ SERVER_OPTIONS = (
      "serve Prometheus text on http://HOST:PORT/metrics (default: off; 0: off)"),
 )
 FETCH_OPTIONS = (
-    ("--max-images", positive_int, "N", "max_items", "images per request (default {default})"),
     ("--request-byte-budget", byte_size, "SIZE", "request_byte_budget",
      "bytes of all of a request's sources together (default {default})"),
     ("--max-remote-bytes", byte_size, "SIZE", "max_remote_bytes", "largest fetched image (default {default})"),
@@ -76,9 +75,13 @@ FETCH_OPTIONS = (
     ("--max-concurrent-fetches", positive_int, "N", "max_concurrent_fetches",
      "fetches in flight across all requests (default {default})"),
 )
-# A ServerConfig field, listed with the image-source options it belongs with.
-DECODE_OPTION = ("--max-image-pixels", positive_int, "N", "max_image_pixels",
-                 "largest width x height decoded, checked from the header (default {default})")
+# ServerConfig fields, listed with the image-source options they belong with.
+REQUEST_OPTIONS = (
+    ("--max-images", positive_int, "N", "max_images",
+     "images per request, checked before anything is fetched (default {default})"),
+    ("--max-image-pixels", positive_int, "N", "max_image_pixels",
+     "largest width x height decoded, checked from the header (default {default})"),
+)
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -113,7 +116,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
         help="allow loopback/private/link-local/... addresses (trusted networks and tests only)",
     )
-    _add_options(f, (*FETCH_OPTIONS, DECODE_OPTION))
+    _add_options(f, (*FETCH_OPTIONS, *REQUEST_OPTIONS))
     p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
@@ -147,7 +150,7 @@ def serve_defaults() -> dict[str, str]:
     values = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
     values["fetch_timeout_s"] = DEFAULT_FETCH_TIMEOUT_S  # a default_factory ($REQUEST_TIMEOUT or this)
     shown = {}
-    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, DECODE_OPTION):
+    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS):
         value = values[name]
         shown[name] = size_text(value) if kind is byte_size else f"{value:g}" if kind is float else str(value)
     side = math.isqrt(values["max_image_pixels"])
@@ -201,7 +204,7 @@ def run_serve(args) -> int:
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        processor=args.resample, **_fields(args, (*SERVER_OPTIONS, DECODE_OPTION)),
+        processor=args.resample, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS)),
     ))
     return run(config)
 

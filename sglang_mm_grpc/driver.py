@@ -26,11 +26,12 @@ from .fanout import fan_out
 from .hashing import content_hash
 from .layout import AppliedLayout, apply_layout, find_placeholders, layout_at
 from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_image
-from .media.policy import DEFAULT_MAX_IMAGES
 from .media.samples import random_png
 from .metrics import WorkCounters
 
 DEFAULT_CACHE_BYTES = 1 << 30
+#: Images in one request, unless configured otherwise.
+DEFAULT_MAX_IMAGES = 64
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from .admission import default_max_in_flight
 from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
-from .driver import DEFAULT_CACHE_BYTES, Preprocessor
+from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGES, Preprocessor
 from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
@@ -62,9 +62,10 @@ class ServerConfig:
     store_items: int = 4096
     handle_ttl_s: float = 120.0
     grace_s: float = 30.0
-    # What image sources may be fetched (domains, local root, limits, timeouts). Its
-    # max_items is also every model's images-per-request limit.
+    # What image sources may be fetched (domains, local root, limits, timeouts).
     fetch_policy: FetchPolicy | None = None  # None: FetchPolicy.from_env()
+    # Images in one request (checked before anything is fetched).
+    max_images: int = DEFAULT_MAX_IMAGES
     # Largest width x height decoded (checked from the image header, before decoding).
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     # Preprocessed images kept for repeats, shared by all models (0 disables).
@@ -179,7 +180,7 @@ class Server:
             spec,
             processor=self.config.processor,
             executor=self.executor,
-            max_images=self.fetcher.policy.max_items,
+            max_images=self.config.max_images,
             max_image_pixels=self.config.max_image_pixels,
             cache_bytes=0,
             cache=self.cache,

@@ -101,9 +101,6 @@ class MediaFetcher:
         applied before any byte is fetched.
         """
         sources = list(sources)
-        if len(sources) > self.policy.max_items:
-            self._refusals["max_items"] += 1
-            raise exhausted("max_items", f"{len(sources)} images exceed max_items ({self.policy.max_items})")
         budget = ByteBudget(self.policy.request_byte_budget)
         admitted = [self._admit(i, raw, budget) for i, raw in enumerate(sources)]
         coroutines = [self._fetch_item(i, raw, source, budget, deadline) for i, (raw, source) in enumerate(zip(sources, admitted))]

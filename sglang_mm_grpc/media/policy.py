@@ -35,10 +35,6 @@ def _normalize_domain(domain: str) -> str:
     return host
 
 
-#: Images (media items) in one request, unless configured otherwise.
-DEFAULT_MAX_IMAGES = 64
-
-
 @dataclass(frozen=True)
 class FetchPolicy:
     """Limits and permissions for turning image sources into bytes.
@@ -53,7 +49,6 @@ class FetchPolicy:
     allowed_local_media_path: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
     allow_private_hosts: bool = False
-    max_items: int = DEFAULT_MAX_IMAGES
     request_byte_budget: int = 1_342_177_280  # 1.25 GiB
     max_remote_bytes: int = 64 << 20
     fetch_timeout_s: float = field(default_factory=env_fetch_timeout)
@@ -61,7 +56,7 @@ class FetchPolicy:
     max_concurrent_fetches: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("max_items", "request_byte_budget", "max_remote_bytes", "max_concurrent_fetches"):
+        for name in ("request_byte_budget", "max_remote_bytes", "max_concurrent_fetches"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -54,7 +54,7 @@ SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-sen
          ("--max-remote-bytes", FetchPolicy, "max_remote_bytes")]
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
-           ("--max-images", FetchPolicy, "max_items"), ("--max-redirects", FetchPolicy, "max_redirects"),
+           ("--max-images", ServerConfig, "max_images"), ("--max-redirects", FetchPolicy, "max_redirects"),
            ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches")]
 
 

@@ -254,15 +254,15 @@ def test_cancelling_the_caller_closes_connections(origin):
 
 def test_stats_count_fetches_bytes_and_refusals(origin):
     async def go():
-        async with make_fetcher(FetchPolicy()) as fetcher:
+        async with make_fetcher(FetchPolicy(request_byte_budget=4)) as fetcher:
             with pytest.raises(PreprocessError):
                 await fetcher.fetch_all([origin.url("/bytes/10", host="127.0.0.1")])
             with pytest.raises(PreprocessError):
-                await fetcher.fetch_all(["QUJD"] * 65)
+                await fetcher.fetch_all([b"12345"])
             return fetcher.stats
 
     stats = asyncio.run(go())
-    assert stats["refusals"] == {"private_address": 1, "max_items": 1}
+    assert stats["refusals"] == {"private_address": 1, "request_byte_budget": 1}
     assert stats["fetches_started"] == 0 and stats["in_flight"] == 0
 
     async def go2():

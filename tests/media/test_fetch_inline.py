@@ -135,22 +135,7 @@ def test_classify_kinds():
         classify("file://otherhost/a")
 
 
-# --- item cap and budget ------------------------------------------------------------------
-
-
-def test_item_cap_is_checked_first(origin):
-    sources = ["QUJD"] * 64 + [origin.url("/bytes/10")]
-    err = fetch_error(sources)
-    assert err.code is Code.RESOURCE_EXHAUSTED
-    assert err.item is None
-    assert "max_items (64)" in err.message
-    assert origin.log.paths() == []  # refused before any fetch
-    assert len(fetch(["QUJD"] * 64)) == 64
-
-
-def test_item_cap_is_configurable():
-    err = fetch_error(["QUJD"] * 3, FetchPolicy(max_items=2))
-    assert "max_items (2)" in err.message
+# --- budget (the image count is the request's, checked before the fetch: test_service_fetch) ---
 
 
 def test_inline_budget_is_checked_before_any_fetch(origin):
@@ -188,7 +173,7 @@ def test_budget_charged_while_streaming_without_content_length(origin):
 def test_policy_defaults(monkeypatch):
     monkeypatch.delenv("REQUEST_TIMEOUT", raising=False)
     p = FetchPolicy()
-    assert (p.max_items, p.request_byte_budget, p.max_remote_bytes) == (64, 1_342_177_280, 64 << 20)
+    assert (p.request_byte_budget, p.max_remote_bytes) == (1_342_177_280, 64 << 20)
     assert (p.fetch_timeout_s, p.max_redirects, p.max_concurrent_fetches) == (3.0, 10, 32)
     assert p.allowed_local_media_path is None and p.allowed_media_domains is None
     assert not p.allow_private_hosts
@@ -210,7 +195,7 @@ def test_policy_from_env(monkeypatch):
 
 def test_policy_validation(tmp_path):
     with pytest.raises(ValueError):
-        FetchPolicy(max_items=0)
+        FetchPolicy(request_byte_budget=0)
     with pytest.raises(ValueError):
         FetchPolicy(fetch_timeout_s=0)
     with pytest.raises(ValueError):

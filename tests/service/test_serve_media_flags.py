@@ -34,9 +34,9 @@ def test_defaults(serve):
     p = cfg.fetch_policy
     assert rc == 0
     assert (p.allowed_local_media_path, p.allowed_media_domains, p.allow_private_hosts) == (None, None, False)
-    assert (p.max_items, p.request_byte_budget, p.max_remote_bytes) == (64, 1_342_177_280, 64 << 20)
+    assert (p.request_byte_budget, p.max_remote_bytes) == (1_342_177_280, 64 << 20)
     assert (p.fetch_timeout_s, p.max_redirects, p.max_concurrent_fetches) == (3.0, 10, 32)
-    assert cfg.max_image_pixels == DEFAULT_MAX_PIXELS
+    assert (cfg.max_images, cfg.max_image_pixels) == (64, DEFAULT_MAX_PIXELS)
 
 
 def test_every_media_flag(serve, tmp_path):
@@ -58,9 +58,9 @@ def test_every_media_flag(serve, tmp_path):
     assert p.allowed_local_media_path == str(tmp_path.resolve())
     assert p.allowed_media_domains == ("images.example", "cdn.example", "static.example", "legacy.example")
     assert p.allow_private_hosts is True
-    assert (p.max_items, p.request_byte_budget, p.max_remote_bytes) == (8, 1536 << 20, 2 << 20)
+    assert (p.request_byte_budget, p.max_remote_bytes) == (1536 << 20, 2 << 20)
     assert (p.fetch_timeout_s, p.max_redirects, p.max_concurrent_fetches) == (1.5, 0, 4)
-    assert cfg.max_image_pixels == 1_000_000
+    assert (cfg.max_images, cfg.max_image_pixels) == (8, 1_000_000)
 
 
 def test_old_spelling_of_the_private_hosts_flag(serve):

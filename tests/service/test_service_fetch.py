@@ -59,3 +59,23 @@ def test_decode_errors_name_the_fetched_source(client, media_dir, http_media):
     with pytest.raises(grpc.RpcError) as e:
         client.preprocess(QWEN2, [b"raw garbage"])
     assert e.value.details().startswith("image 0: not a decodable image")
+
+
+def test_the_request_is_checked_before_anything_is_fetched(client, media_dir, http_media):
+    """Too many images, or placeholders that do not match the images: refused before any
+    source is fetched (the fetch counters do not move)."""
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+    (media_dir / "c.png").write_bytes(imagegen.png(20, 20))
+    started = client.stub.GetStats(pb.GetStatsRequest()).fetch.started
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [imagegen.png(4, 4)] * 64 + [f"{http_media}/c.png"])
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "65 images in one request, over the limit of 64" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        client.preprocess(QWEN2, [f"{http_media}/c.png"], input_ids=[1, 2, 3])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "0 image placeholder(s)" in e.value.details()
+    assert client.stub.GetStats(pb.GetStatsRequest()).fetch.started == started
+    assert len(client.preprocess(QWEN2, [f"{http_media}/c.png"]).images) == 1
+    assert client.stub.GetStats(pb.GetStatsRequest()).fetch.started == started + 1
