@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli_remote import add_resample_argument, add_serve_parser, parse_ids
+from .cli_remote import add_processor_argument, add_serve_parser, parse_ids
 
 
 def _preprocess_local(args) -> int:
@@ -17,7 +17,7 @@ def _preprocess_local(args) -> int:
 
     try:
         # As a suffix, the backend is required of the model (an error if its family lacks it).
-        pp = Preprocessor.from_model(f"{args.model}@{args.resample}" if args.resample else args.model)
+        pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model)
         blobs = [Path(p).read_bytes() for p in args.images]
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write every output array to this .npz")
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
-    add_resample_argument(p, "locally: ")
+    add_processor_argument(p, "locally: ")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 
@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _preprocess(args) -> int:
     if args.target:
-        if args.resample:
-            raise SystemExit("--resample is chosen when the server starts (serve --resample, or --model M@BACKEND)")
+        if args.processor:
+            raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
         from .cli_remote import run_remote_preprocess
 
         return run_remote_preprocess(args)

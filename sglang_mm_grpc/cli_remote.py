@@ -100,7 +100,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         help="preset id, model directory, or NAME=DIR (requests then say NAME), optionally "
         "suffixed @pil or @torchvision; repeatable; default: every built-in preset",
     )
-    add_resample_argument(p)
+    add_processor_argument(p)
     p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE",
                    help="both message limits at once (--max-receive-bytes and --max-send-bytes)")
     _add_options(p, SERVER_OPTIONS[2:])
@@ -177,12 +177,13 @@ def size_text(n: int) -> str:
     return str(n)
 
 
-def add_resample_argument(p, where: str = "") -> None:
-    """``--resample`` (``where`` starts its help: the local ``preprocess`` says "locally: ")."""
+def add_processor_argument(p, where: str = "") -> None:
+    """``--processor`` (``where`` starts its help: the local ``preprocess`` says "locally: ");
+    ``--resample``, its former name, still works."""
     p.add_argument(
-        "--resample", choices=("pil", "torchvision"),
-        help=f"{where}which transformers processor to reproduce where a family offers both (Qwen-VL: "
-        "torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor); default pil",
+        "--processor", "--resample", dest="processor", choices=("pil", "torchvision"),
+        help=f"{where}which transformers image processor class to reproduce where a family offers both "
+        "(Qwen-VL: torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor); default pil",
     )
 
 
@@ -204,7 +205,7 @@ def run_serve(args) -> int:
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        processor=args.resample, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS)),
+        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS)),
     ))
     return run(config)
 

@@ -106,3 +106,9 @@ def test_byte_sizes():
     assert byte_size("1.25GiB") == 1_342_177_280
     assert byte_size("64MiB") == byte_size("64M") == 64 << 20
     assert byte_size("4096") == 4096
+
+
+@pytest.mark.parametrize("flag", ["--processor", "--resample"])
+def test_processor_flag_and_its_former_name(serve, flag):
+    rc, cfg = serve(flag, "torchvision")
+    assert rc == 0 and cfg.processor == "torchvision"

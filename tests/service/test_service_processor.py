@@ -1,4 +1,4 @@
-"""``serve --resample torchvision``: Qwen models reproduce ``Qwen2VLImageProcessor``, say so
+"""``serve --processor torchvision``: Qwen models reproduce ``Qwen2VLImageProcessor``, say so
 in ListModels, and serve what the in-process torchvision backend computes; a
 ``@pil`` suffix keeps one model on the PIL class; families without the option keep theirs.
 """
@@ -18,7 +18,7 @@ from sglang_mm_grpc.client import Client, payload_arrays
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     proc = Server(
-        tmp_path_factory.mktemp("resample"), "--resample", "torchvision",
+        tmp_path_factory.mktemp("resample"), "--processor", "torchvision",
         models=[QWEN2, f"{QWEN2}@pil", PIXTRAL], name="resample",
     )
     yield proc.target
