@@ -38,6 +38,22 @@ G = TypeVar("G")
 
 
 @dataclass(frozen=True)
+class Normalization:
+    """The rescale + normalize knobs (``hf_keys.normalization`` reads them), as a base of
+    the families' config dataclasses."""
+
+    image_mean: tuple[float, ...] = CLIP_MEAN
+    image_std: tuple[float, ...] = CLIP_STD
+    rescale_factor: float = 1 / 255
+    do_rescale: bool = True
+    do_normalize: bool = True
+
+    def lut(self, make) -> np.ndarray:
+        """The normalize table these knobs give, made by ``make`` (a ``kernels`` table maker)."""
+        return make(self.image_mean, self.image_std, self.rescale_factor, self.do_rescale, self.do_normalize)
+
+
+@dataclass(frozen=True)
 class FieldLayout:
     """How vLLM splits each tensor into items: batched on dim 0, or flat by a sizes tensor.
 

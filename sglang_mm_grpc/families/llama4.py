@@ -35,7 +35,7 @@ from ..carriers import DecodedImage
 from ..kernels import bf16, chw, resample_tv, window
 from ..layout import Expansion
 from . import hf_keys
-from .base import Aux, Family, FieldLayout, ItemPlan
+from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 
 MODEL_TYPES = ("llama4",)
 
@@ -52,7 +52,7 @@ LLAMA4_IDS = {
 
 
 @dataclass(frozen=True)
-class Llama4Config:
+class Llama4Config(Normalization):
     """The resolved knobs (preprocessor_config.json + processor_config.json + config.json)."""
 
     tile: int = 336
@@ -61,9 +61,6 @@ class Llama4Config:
     resample: int = 2  # BILINEAR
     image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    rescale_factor: float = 1 / 255
-    do_rescale: bool = True
-    do_normalize: bool = True
     patch_size: int = 14  # the processor's
     pixel_shuffle_ratio: float = 0.5
     image_start_token_id: int = LLAMA4_IDS["<|image_start|>"]
@@ -245,8 +242,7 @@ class Llama4(Family[Tiles]):
             batched=("aspect_ratios", "patches_per_image"), flat={"pixel_values": "patches_per_image"})
         self._mode = resample_tv.PIL_FILTER_MODES[config.resample]
         self._canvases = supported_canvases(config.max_patches, config.tile)
-        self._lut = bf16.bf16_backend_lut(
-            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
+        self._lut = config.lut(bf16.bf16_backend_lut)
 
     @property
     def placeholder_token_id(self) -> int:

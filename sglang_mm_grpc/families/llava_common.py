@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..kernels import resample_pil
 from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD
+from .base import Normalization
 
 
 @dataclass(frozen=True)
-class ClipKnobs:
+class ClipKnobs(Normalization):
     """The image processor's resolved values (HF class defaults fill the gaps)."""
 
     size: tuple[tuple[str, int], ...] = (("shortest_edge", 224),)
@@ -27,19 +25,10 @@ class ClipKnobs:
     do_resize: bool = True
     do_center_crop: bool = True
     resample: int = resample_pil.BICUBIC
-    image_mean: tuple[float, ...] = CLIP_MEAN
-    image_std: tuple[float, ...] = CLIP_STD
-    rescale_factor: float = 1 / 255
-    do_rescale: bool = True
-    do_normalize: bool = True
 
     @property
     def size_dict(self) -> dict[str, int]:
         return dict(self.size)
-
-    def lut(self, make) -> np.ndarray:
-        """The normalize table these knobs give, made by ``make`` (a kernels.normalize maker)."""
-        return make(self.image_mean, self.image_std, self.rescale_factor, self.do_rescale, self.do_normalize)
 
     def resize_to(self, height: int, width: int) -> tuple[int, int]:
         """``PilBackend.resize``'s output size for a ``height`` x ``width`` input."""

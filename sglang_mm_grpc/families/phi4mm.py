@@ -44,7 +44,7 @@ from ..errors import invalid
 from ..kernels import bicubic_f32, normalize, resample_tv, window
 from ..layout import Expansion
 from . import batching, hf_keys
-from .base import Aux, Family, FieldLayout, ItemPlan
+from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 
 MODEL_TYPES = ("phi4_multimodal",)
 PROCESSOR = "Phi4MultimodalImageProcessor"
@@ -141,7 +141,7 @@ def num_img_tokens(crop_masks: np.ndarray, g: Geometry) -> int:
 
 
 @dataclass(frozen=True)
-class Phi4Config:
+class Phi4Config(Normalization):
     """The resolved knobs (HF class defaults fill what the files leave out)."""
 
     size: int = 448
@@ -149,9 +149,6 @@ class Phi4Config:
     dynamic_hd: int = 36
     image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    rescale_factor: float = 1 / 255
-    do_rescale: bool = True
-    do_normalize: bool = True
     image_token_id: int = IMAGE_TOKEN_ID
 
     @property
@@ -198,8 +195,7 @@ class Phi4Multimodal(Family[Crops]):
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(
             batched=("pixel_values", "image_sizes", "image_attention_mask", "num_img_tokens"))
-        self._lut = normalize.torchvision_backend_lut(
-            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
+        self._lut = config.lut(normalize.torchvision_backend_lut)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Crops]:
         c = self.config

@@ -21,7 +21,7 @@ from ..errors import invalid
 from ..kernels import chw, normalize, resample_pil
 from ..layout import Expansion
 from . import batching, hf_keys
-from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ItemPlan
+from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 
 # The special tokens of Mistral's Tekken tokenizer (shared by Pixtral and Mistral-Small-3.x).
 # Only [IMG] is also a config value (image_token_index); the other two are tokenizer facts.
@@ -39,7 +39,7 @@ def fit_size(height: int, width: int, max_height: int, max_width: int, patch: in
 
 
 @dataclass(frozen=True)
-class PixtralConfig:
+class PixtralConfig(Normalization):
     """The resolved knobs (preprocessor_config.json + processor_config.json + config.json)."""
 
     model_type: str = "llava"
@@ -47,11 +47,6 @@ class PixtralConfig:
     max_width: int = 1024
     patch_size: int = 16  # the processor's (vision tower) patch size
     spatial_merge_size: int = 1
-    image_mean: tuple[float, ...] = CLIP_MEAN
-    image_std: tuple[float, ...] = CLIP_STD
-    rescale_factor: float = 1 / 255
-    do_rescale: bool = True
-    do_normalize: bool = True
     resample: int = resample_pil.BICUBIC
     image_token_id: int = TEKKEN_IDS["[IMG]"]
     image_break_token_id: int = TEKKEN_IDS["[IMG_BREAK]"]
@@ -144,9 +139,7 @@ class Pixtral(Family[Grid]):
         self.config = config
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
-        self._lut = normalize.pil_backend_lut(
-            config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize
-        )
+        self._lut = config.lut(normalize.pil_backend_lut)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config

@@ -25,7 +25,7 @@ from ..kernels import normalize, patchify, resample_pil, resample_tv
 from ..layout import AppliedLayout, Expansion
 from ..positions import MRope, mrope_positions
 from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD, PROCESSORS, Aux, Family, FieldLayout, ItemPlan
+from .base import PROCESSORS, Aux, Family, FieldLayout, ItemPlan, Normalization
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
@@ -52,7 +52,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 
 
 @dataclass(frozen=True)
-class QwenVLConfig:
+class QwenVLConfig(Normalization):
     """The resolved knobs (from preprocessor_config.json + config.json)."""
 
     model_type: str = "qwen2_vl"
@@ -61,11 +61,6 @@ class QwenVLConfig:
     merge_size: int = 2
     min_pixels: int = 56 * 56
     max_pixels: int = 28 * 28 * 1280
-    image_mean: tuple[float, ...] = CLIP_MEAN
-    image_std: tuple[float, ...] = CLIP_STD
-    rescale_factor: float = 1 / 255
-    do_rescale: bool = True
-    do_normalize: bool = True
     resample: int = resample_pil.BICUBIC
     image_token_id: int = 151655
     video_token_id: int = 151656
@@ -131,8 +126,7 @@ class QwenVL(Family[Grid]):
         )
         self.factor = config.patch_size * config.merge_size
         self.row_width = 3 * config.temporal_patch_size * config.patch_size**2
-        lut = normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut
-        self._lut = lut(config.image_mean, config.image_std, config.rescale_factor, config.do_rescale, config.do_normalize)
+        self._lut = config.lut(normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut)
 
     def with_processor(self, processor: str) -> "QwenVL":
         super().with_processor(processor)
