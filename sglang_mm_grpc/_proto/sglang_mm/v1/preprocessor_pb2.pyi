@@ -48,20 +48,22 @@ class MediaItem(_message.Message):
     def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
-    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle")
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     KEEP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     images: _containers.RepeatedCompositeFieldContainer[MediaItem]
     backend: Backend
     keep_handle: bool
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ...) -> None: ...
+    max_image_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
     __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes")
@@ -216,7 +218,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id")
+    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id", "max_image_tokens")
     class TokenIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +236,7 @@ class ModelInfo(_message.Message):
     MROPE_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     source: str
@@ -244,7 +247,8 @@ class ModelInfo(_message.Message):
     mrope: bool
     max_images_per_request: int
     placeholder_token_id: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ...) -> None: ...
+    max_image_tokens: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ..., max_image_tokens: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
