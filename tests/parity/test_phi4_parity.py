@@ -91,10 +91,11 @@ def test_every_grid_geometry(pair):
             for h, w in ((S * rows - 37 * (rows > 1), S * cols), (S * rows, S * cols - 51 * (cols > 1))):
                 resized, mask = ref.image_processor.dynamic_preprocess(
                     torch.zeros((3, h, w), dtype=torch.uint8), S, 14, 32, max_num=36)
-                plan = pp.family.plan(h, w, 0)
-                _, r, c, pad_h, pad_w = plan.geometry
-                g = phi4mm.Geometry(c, r, *plan.resized_size, pad_h, pad_w)
+                crops = pp.family.plan(h, w, 0).geometry
+                g = crops.grid
+                r, c = g.rows, g.cols
                 ours = phi4mm.attention_mask(g, 32, 14)
+                assert np.array_equal(crops.masks[1:], ours) and not (crops.masks[0] - 1).any()
                 assert (r, c) == (rows, cols) and tuple(resized.shape[1:]) == (S * r, S * c)
                 theirs = mask.numpy().reshape(r, 32, c, 32).transpose(0, 2, 1, 3).reshape(-1, 32, 32)
                 assert np.array_equal(ours, theirs), (h, w)
