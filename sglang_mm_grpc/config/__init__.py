@@ -9,6 +9,7 @@ reproduces (``@pil`` / ``@torchvision`` or a deployment-wide preference).
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -27,6 +28,7 @@ class ModelSource:
     config: dict
     # processor_config.json: processor-level knobs (e.g. Pixtral's patch_size, spatial_merge_size)
     processor_config: dict = field(default_factory=dict)
+    has_config: bool = True  # False: a directory without config.json (token ids are the family's defaults)
 
     def build(self) -> Family:
         try:
@@ -65,31 +67,58 @@ def _read_json(path: Path) -> dict:
 
 
 def resolve(spec: str, name: str | None = None) -> ModelSource:
-    """A preset id, a model directory, or ``NAME=DIR`` -> its source (not yet built)."""
-    if name is None and "=" in spec and not Path(spec).exists():
+    """A preset id (any case), a model directory, or ``NAME=DIR`` -> its source (not yet built)."""
+    if name is None and _named(spec):
         name, spec = spec.split("=", 1)
-    presets = _presets()
-    if spec in presets:
-        p = presets[spec]
-        return ModelSource(name or spec, spec, p["preprocessor_config"], p["config"], p.get("processor_config", {}))
-    path = Path(spec)
+    preset = {k.lower(): k for k in _presets()}.get(spec.lower())
+    if preset is not None:
+        p = _presets()[preset]
+        return ModelSource(name or preset, preset, p["preprocessor_config"], p["config"], p.get("processor_config", {}))
+    path = Path(spec).expanduser()
     if path.is_dir():
-        pre = path / "preprocessor_config.json"
-        if not pre.is_file():
-            raise PreprocessError(Code.INVALID_ARGUMENT, f"model directory {spec} has no preprocessor_config.json")
-        cfg = path / "config.json"
-        proc = path / "processor_config.json"
-        return ModelSource(
-            name or spec,
-            str(path),
-            _read_json(pre),
-            _read_json(cfg) if cfg.is_file() else {},
-            _read_json(proc) if proc.is_file() else {},
-        )
-    raise PreprocessError(
-        Code.NOT_FOUND,
-        f"unknown model {spec!r}: not a built-in preset ({', '.join(presets)}) and not a model directory",
+        return _directory_source(path, name or spec)
+    raise _not_found(spec, path)
+
+
+def _named(spec: str) -> bool:
+    """``NAME=DIR`` (a directory whose own name holds "=" is taken as it is)."""
+    return "=" in spec and not Path(spec).exists()
+
+
+def _directory_source(path: Path, name: str) -> ModelSource:
+    pre = path / "preprocessor_config.json"
+    if not pre.is_file():
+        raise PreprocessError(Code.INVALID_ARGUMENT, f"model directory {path} has no preprocessor_config.json")
+    cfg = path / "config.json"
+    proc = path / "processor_config.json"
+    return ModelSource(
+        name,
+        str(path),
+        _read_json(pre),
+        _read_json(cfg) if cfg.is_file() else {},
+        _read_json(proc) if proc.is_file() else {},
+        has_config=cfg.is_file(),
     )
+
+
+def _not_found(spec: str, path: Path) -> PreprocessError:
+    """What to do about a model that is neither a preset nor a directory."""
+    if path.exists():
+        return PreprocessError(Code.INVALID_ARGUMENT, f"{spec} is a file, not a model directory")
+    if spec.startswith(("/", ".", "~")) or path.parent.is_dir() and path.parent != Path("."):
+        return PreprocessError(Code.NOT_FOUND, f"no such directory: {spec}")
+    close = difflib.get_close_matches(spec.lower(), {k.lower(): k for k in _presets()}, n=1, cutoff=0.6)
+    hint = f" Did you mean {_canonical(close[0])!r}?" if close else f" Built-in presets: {', '.join(preset_names())}."
+    return PreprocessError(
+        Code.NOT_FOUND,
+        f"unknown model {spec!r}: not a built-in preset, and nothing is downloaded. To serve another checkpoint, "
+        f"put its preprocessor_config.json and config.json (and processor_config.json if it has one) in a "
+        f"directory and pass the directory, or NAME=DIR to serve it as NAME.{hint}",
+    )
+
+
+def _canonical(lowered: str) -> str:
+    return {k.lower(): k for k in _presets()}[lowered]
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,7 @@ class LoadedModel:
     name: str  # what requests call it
     source: str  # preset id or directory
     family: Family
+    notes: tuple[str, ...] = ()  # what the operator should know (e.g. token ids assumed)
 
 
 def split_processor(model: str) -> tuple[str, str | None]:
@@ -122,8 +152,8 @@ def load(model: str, name: str | None = None, processor: str | None = None) -> L
             Code.INVALID_ARGUMENT, f"unknown processor {processor!r} (one of {', '.join(PROCESSORS)})")
     spec, suffix = split_processor(model)
     src = resolve(spec, name)
-    if suffix is not None and src.name == spec:
-        src = replace(src, name=model)
+    if suffix is not None and name is None and not _named(spec):
+        src = replace(src, name=f"{src.name}@{suffix}")
     family = src.build()
     choice = suffix or (processor if processor in family.processors else None)
     if choice is not None:
@@ -131,4 +161,8 @@ def load(model: str, name: str | None = None, processor: str | None = None) -> L
             family = family.with_processor(choice)
         except ConfigError as e:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model {src.source}: {e}") from None
-    return LoadedModel(src.name, src.source, family)
+    notes = () if src.has_config else (
+        f"{src.source} has no config.json: the {family.name} family's default token ids are assumed "
+        f"({', '.join(f'{k}={v}' for k, v in family.token_ids().items())}); add the checkpoint's config.json "
+        "if its tokenizer differs",)
+    return LoadedModel(src.name, src.source, family, notes)

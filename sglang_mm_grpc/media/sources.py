@@ -7,7 +7,8 @@ Rules, in order: ``bytes`` are the image; a string with a URL scheme is ``data:`
 (``;base64`` only), ``http(s):`` or ``file:`` and nothing else; a string starting with
 ``/`` is an absolute path unless it is long base64 (base64 may start with ``/``: every
 JPEG does, as ``/9j/``); anything else is bare base64 (standard alphabet, padded,
-validated strictly).
+validated strictly; line breaks and spaces inside it, as ``base64`` wraps its output at 76
+columns, are dropped first).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from .failures import FetchFailure, malformed
 RawSource = Union[str, bytes, bytearray, memoryview]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_WHITESPACE = re.compile(r"\s+")
+# A relative file name (the client meant a local file): no scheme, no leading "/", an image suffix.
+_RELATIVE_FILE = re.compile(r"[^/\s][^\s]*\.(?:jpe?g|png|webp|gif|bmp|tiff?|mpo|heic|avif)", re.IGNORECASE)
 _BASE64_SHAPE = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 # Longest string still considered as a possible path (PATH_MAX on Linux).
 _PATH_MAX = 4096
@@ -69,6 +73,11 @@ def redact_url(url: str) -> str:
     if parts.query:
         shown += "?…"
     return _clip(shown)
+
+
+def _compact(payload: str) -> str:
+    """The payload without whitespace (``base64`` without ``-w0`` wraps lines at 76 columns)."""
+    return _WHITESPACE.sub("", payload) if _WHITESPACE.search(payload) else payload
 
 
 def base64_size(payload: str) -> int:
@@ -169,6 +178,7 @@ def classify(source: RawSource) -> Source:
                 raise malformed("data URL has no ',' before its payload")
             if meta.split(";")[-1].strip().lower() != "base64":
                 raise malformed("only ';base64' data URLs are accepted")
+            payload = _compact(payload)
             return Source("base64", payload, base64_size(payload))
         if scheme in ("http", "https"):
             return Source("http", text)
@@ -178,6 +188,12 @@ def classify(source: RawSource) -> Source:
 
     if text.startswith("/") and not _looks_like_base64(text):
         return Source("file", text)
+    if _RELATIVE_FILE.fullmatch(text):
+        raise malformed(
+            f"{_clip(text)!r} looks like a relative file name; a source string is a URL, a data URL, an absolute "
+            "path on the server or base64. To send a local file, send its bytes (MediaItem.data; with "
+            "sglang_mm_grpc.client pass a pathlib.Path or bytes; the CLI reads files itself)")
+    text = _compact(text)
     try:
         size = base64_size(text)
     except FetchFailure as exc:
