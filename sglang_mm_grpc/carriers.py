@@ -20,14 +20,20 @@ class DecodedImage:
     ``pixels`` is [H, W, 3], or [H, W, 4] RGBX: Pillow's own buffer read in place, the
     fourth byte padding. Kernels that take RGBX read ``pixels``; ``rgb`` is always the
     packed [H, W, 3] C-contiguous array.
+
+    With ``alpha`` (only for a family that flattens transparency itself, see
+    ``Family.transparency``) ``pixels`` is RGBA [H, W, 4] and the fourth byte is alpha.
     """
 
-    pixels: np.ndarray  # uint8 [H, W, 3] or RGBX [H, W, 4]
+    pixels: np.ndarray  # uint8 [H, W, 3] or RGBX [H, W, 4]; RGBA [H, W, 4] with alpha
+    alpha: bool = False
 
     @property
     def rgb(self) -> np.ndarray:
         """Packed RGB. From RGBX it is copied once and replaces ``pixels``, so the
         padded buffer is released rather than held next to its copy."""
+        if self.alpha:
+            raise ValueError("an RGBA image has no RGB form until its transparency is flattened")
         if self.pixels.shape[2] == 4:
             object.__setattr__(self, "pixels", pack_rgb(self.pixels))
         return self.pixels

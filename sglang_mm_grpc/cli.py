@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli_remote import add_processor_argument, add_serve_parser, parse_ids
+from .cli_remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
 
 
 def _preprocess_local(args) -> int:
@@ -17,7 +17,8 @@ def _preprocess_local(args) -> int:
 
     try:
         # As a suffix, the backend is required of the model (an error if its family lacks it).
-        pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model)
+        budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
+        pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
         blobs = [Path(p).read_bytes() for p in args.images]
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
     add_processor_argument(p, "locally: ")
+    add_budget_argument(p)
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 

@@ -81,6 +81,9 @@ REQUEST_OPTIONS = (
      "images per request, checked before anything is fetched (default {default})"),
     ("--max-image-pixels", positive_int, "N", "max_image_pixels",
      "largest width x height decoded, checked from the header (default {default})"),
+    ("--max-image-tokens", positive_int, "N", "max_image_tokens",
+     "most tokens one image may expand into, per model (a request may ask for fewer); checked from the "
+     "header, before decoding (default {default})"),
 )
 
 
@@ -183,8 +186,17 @@ def add_processor_argument(p, where: str = "") -> None:
     p.add_argument(
         "--processor", "--resample", dest="processor", choices=("pil", "torchvision"),
         help=f"{where}which transformers image processor class to reproduce where a family offers both "
-        "(Qwen-VL: torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor); default pil",
+        "(Qwen-VL: torchvision = Qwen2VLImageProcessor, as vLLM/SGLang with the fast processor; Inkling: "
+        "pil = Pillow's resize, as SGLang's own processor); default: the family's own (pil; Inkling: torchvision)",
     )
+
+
+def add_budget_argument(p) -> None:
+    """``--max-image-tokens`` of ``preprocess``: this request's token budget per image."""
+    p.add_argument("--max-image-tokens", type=positive_int, metavar="N",
+                   help="most tokens one image may expand into: with --target this request's budget "
+                   "(default: the model's; a larger value is the model's), locally the model's "
+                   "(default: as serve --max-image-tokens)")
 
 
 def run_serve(args) -> int:
@@ -240,6 +252,7 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--input-ids", help="comma-separated token ids, one placeholder per image")
     p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
+    add_budget_argument(p)
     p.add_argument("images", nargs="+", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
     p.set_defaults(func=run_remote_preprocess)
     return p
@@ -249,7 +262,7 @@ def run_remote_preprocess(args) -> int:
     """One call through a server. Plain paths are read here; URLs go as strings.
 
     Reads ``args``: target, model, images, backend (None: no payload), input_ids
-    (comma-separated text or None), out, timeout (optional).
+    (comma-separated text or None), out, timeout and max_image_tokens (optional).
     """
     import grpc
     import numpy as np
@@ -265,7 +278,8 @@ def run_remote_preprocess(args) -> int:
     backend = getattr(args, "backend", None)
     with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0) as client:
         try:
-            resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend)
+            resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend,
+                                     max_image_tokens=getattr(args, "max_image_tokens", None))
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except grpc.RpcError as e:

@@ -87,12 +87,15 @@ class Client:
         keep_handle: bool = False,
         request_id: str = "",
         timeout: float | None = None,
+        max_image_tokens: int | None = None,
     ) -> pb.PreprocessResponse:
         """Preprocess ``images``; with ``backend`` the payload comes back in the response.
 
         ``input_ids`` None: the server assumes one placeholder per image and nothing else.
         Without ``backend`` (or with ``keep_handle``) the response's ``handle`` names the
-        kept intermediate for ``assemble``.
+        kept intermediate for ``assemble``. ``max_image_tokens``: this request's token
+        budget per image (None: the model's, ``ModelInfo.max_image_tokens``); an image
+        over it fails the call with RESOURCE_EXHAUSTED.
         """
         req = pb.PreprocessRequest(
             request_id=request_id,
@@ -101,6 +104,7 @@ class Client:
             images=[media_item(im) for im in images],
             backend=backend_value(backend),
             keep_handle=keep_handle,
+            max_image_tokens=max_image_tokens or 0,
         )
         return self.stub.Preprocess(req, timeout=self._timeout(timeout))
 

@@ -1,6 +1,7 @@
 """The request driver: owns the steps and their failure semantics.
 
-    check the request -> admit each image (hash; cached, or decoded and planned)
+    check the request -> admit each image (hash; cached, or opened, planned from its
+    header, checked against the token budget, then decoded)
     -> lay out the tokens (from the plans, before any pixel work)
     -> allocate pixel_values once -> process each image into its slot -> positions
 
@@ -25,13 +26,18 @@ from .families import Family, FieldLayout, ItemPlan
 from .fanout import fan_out
 from .hashing import content_hash
 from .layout import AppliedLayout, apply_layout, find_placeholders, layout_at
-from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_image
+from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_pixels, open_image
 from .media.samples import random_png
 from .metrics import WorkCounters
 
 DEFAULT_CACHE_BYTES = 1 << 30
 #: Images in one request, unless configured otherwise.
 DEFAULT_MAX_IMAGES = 64
+#: Tokens one image may expand into, unless configured otherwise. A 4032x3024 photo
+#: (12 MP, a phone camera's) fits every preset: the most it takes is 15552 (Qwen2-VL,
+#: whose presets cannot exceed 16384 = max_pixels / 28**2); Inkling, which never
+#: downscales, gets 7676 for it and is refused from about 16 MP up.
+DEFAULT_MAX_IMAGE_TOKENS = 16384
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Preprocessor:
         source: str,
         max_images: int = DEFAULT_MAX_IMAGES,
         max_image_pixels: int = DEFAULT_MAX_PIXELS,
+        max_image_tokens: int = DEFAULT_MAX_IMAGE_TOKENS,
         formats: frozenset[str] = DEFAULT_FORMATS,
         executor: Executor | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -74,12 +81,17 @@ class Preprocessor:
     ):
         """``executor``: where a request's other images run (``fanout``); None runs them in
         turn on the calling thread. ``cache``: share one cache between models (keys include
-        the model spec); otherwise the model gets its own of ``cache_bytes`` (0: none)."""
+        the model spec); otherwise the model gets its own of ``cache_bytes`` (0: none).
+        ``max_image_tokens``: the most tokens one image may expand into (its whole
+        expansion); a request may lower it, never raise it."""
+        if max_image_tokens < 1:
+            raise ValueError(f"max_image_tokens must be positive, got {max_image_tokens}")
         self.family = family
         self.name = name
         self.source = source
         self.max_images = max_images
         self.max_image_pixels = max_image_pixels
+        self.max_image_tokens = int(max_image_tokens)
         self.formats = formats
         self.executor = executor
         #: Everything that decides the output for given bytes; part of every cache key.
@@ -114,6 +126,7 @@ class Preprocessor:
             "reference_processor": f.reference_processor,
             "mrope": f.uses_mrope,
             "max_images_per_request": self.max_images,
+            "max_image_tokens": self.max_image_tokens,
         }
 
     def warmup(self) -> None:
@@ -152,17 +165,28 @@ class Preprocessor:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
         return Prompt(ids, find_placeholders(ids, placeholder, images))
 
+    def token_budget(self, max_image_tokens: int | None = None) -> tuple[int, str]:
+        """(the budget per image, what set it): a request's ``max_image_tokens`` (None or
+        0: none) below the model's, else the model's."""
+        if max_image_tokens and max_image_tokens < self.max_image_tokens:
+            return int(max_image_tokens), "the request's max_image_tokens"
+        return self.max_image_tokens, "the model's max_image_tokens"
+
     def preprocess(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
-        use_cache: bool = True,
+        use_cache: bool = True, max_image_tokens: int | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
         request stops at the next image boundary with a CANCELLED error. ``use_cache``
-        False: the cache is neither read nor written (nor counted)."""
+        False: the cache is neither read nor written (nor counted). ``max_image_tokens``:
+        this request's budget per image (None or 0: the model's; a larger one than the
+        model's is the model's); an image over it is refused with RESOURCE_EXHAUSTED
+        before its pixels are decoded."""
         t0 = time.perf_counter()
         prompt = self.check_request(len(images), input_ids)
         cache = self.cache if use_cache else None
-        admitted = self._each(lambda i: self._admit(images[i], i, cache), len(images), cancel)
+        budget = self.token_budget(max_image_tokens)
+        admitted = self._each(lambda i: self._admit(images[i], i, cache, budget), len(images), cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
@@ -197,17 +221,23 @@ class Preprocessor:
     def _each(self, fn, count: int, cancel: threading.Event | None) -> list:
         return fan_out(fn, count, self.executor, cancel, self.work)
 
-    def _admit(self, data: bytes, i: int, cache: PreprocessCache | None) -> _Admitted:
-        """Hash; a cached result, or the decoded image and its plan."""
+    def _admit(self, data: bytes, i: int, cache: PreprocessCache | None, budget: tuple[int, str]) -> _Admitted:
+        """Hash; a cached result, or the image planned from its header, held to the token
+        budget, and only then decoded."""
         h = content_hash(data)
         if cache is not None:
             hit = cache.get((h, self.spec_key))
             if hit is not None:
+                _within(hit.plan, hit.height, hit.width, i, budget)
                 return _Admitted(h, hit.height, hit.width, hit.plan, None, hit)
         td = time.perf_counter()
-        img = decode_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
+        header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
+        plan = _within(self.family.plan(header.height, header.width, i), header.height, header.width, i, budget)
+        img = decode_pixels(header, transparency=self.family.transparency)
+        if (img.height, img.width) != (header.height, header.width):  # orientation known only now
+            plan = _within(self.family.plan(img.height, img.width, i), img.height, img.width, i, budget, True)
         decode_ms = (time.perf_counter() - td) * 1e3
-        return _Admitted(h, img.height, img.width, self.family.plan(img.height, img.width, i), img, None, decode_ms)
+        return _Admitted(h, img.height, img.width, plan, img, None, decode_ms)
 
     def _allocate(self, admitted: list[_Admitted]) -> tuple[np.ndarray, list[tuple]]:
         """pixel_values and each item's slot; a lone cached image is its cached tensor (no copy)."""
@@ -239,6 +269,20 @@ class Preprocessor:
             batch[single_slot] = pixel_values[slot]
             pixel_values, slot = batch, single_slot
         return CachedItem(a.height, a.width, a.plan, pixel_values, slot, aux)
+
+
+def _within(plan: ItemPlan, height: int, width: int, item: int, budget: tuple[int, str],
+            decoded: bool = False) -> ItemPlan:
+    """``plan``, or RESOURCE_EXHAUSTED when it expands into more tokens than the budget."""
+    limit, source = budget
+    if plan.token_count > limit:
+        raise PreprocessError(
+            Code.RESOURCE_EXHAUSTED,
+            f"{width}x{height} image expands into {plan.token_count} tokens, over the budget of {limit} "
+            f"tokens per image ({source}){'' if decoded else '; not decoded'}",
+            item=item,
+        )
+    return plan
 
 
 def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) -> list[ImageResult]:

@@ -27,7 +27,7 @@ from .admission import default_max_in_flight
 from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
-from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGES, Preprocessor
+from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, Preprocessor
 from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
@@ -68,6 +68,9 @@ class ServerConfig:
     max_images: int = DEFAULT_MAX_IMAGES
     # Largest width x height decoded (checked from the image header, before decoding).
     max_image_pixels: int = DEFAULT_MAX_PIXELS
+    # Tokens one image may expand into, per model (a request may ask for fewer); checked
+    # from the image header, before decoding.
+    max_image_tokens: int = DEFAULT_MAX_IMAGE_TOKENS
     # Preprocessed images kept for repeats, shared by all models (0 disables).
     cache_bytes: int = DEFAULT_CACHE_BYTES
     # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
@@ -182,6 +185,7 @@ class Server:
             executor=self.executor,
             max_images=self.config.max_images,
             max_image_pixels=self.config.max_image_pixels,
+            max_image_tokens=self.config.max_image_tokens,
             cache_bytes=0,
             cache=self.cache,
         )

@@ -164,7 +164,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """The whole of a Preprocess after its fetch, in a pool thread. A call cancelled
         (or past its deadline) before the result is kept keeps nothing."""
         t0 = time.perf_counter()
-        out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel)
+        out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel,
+                                   max_image_tokens=job.request.max_image_tokens or None)
         resp = _response(job.request, out)
         resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
         resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
@@ -455,6 +456,7 @@ def _model_info(info: dict) -> pb.ModelInfo:
         mrope=info["mrope"],
         max_images_per_request=info["max_images_per_request"],
         placeholder_token_id=info["placeholder_token_id"],
+        max_image_tokens=info["max_image_tokens"],
     )
 
 

@@ -88,6 +88,10 @@ class Family(Generic[G]):
     uses_mrope: ClassVar[bool] = False
     #: The transformers classes this family reproduces, its default first.
     processors: ClassVar[tuple[str, ...]] = ("pil",)
+    #: How decoding flattens an image with transparency for this family (one of
+    #: ``media.decode.TRANSPARENCY``): "white", transformers' ``convert_to_rgb``; or
+    #: "keep", RGBA pixels (``DecodedImage.alpha``) that ``process_item`` flattens.
+    transparency: ClassVar[str] = "white"
     #: pixel_values' shape and each item's slot in it, from the request's plans.
     batch_shape: ClassVar[Callable[[list[ItemPlan]], tuple[tuple[int, ...], list[tuple]]]] = staticmethod(
         batching.concat_rows)

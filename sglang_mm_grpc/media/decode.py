@@ -12,13 +12,14 @@ from __future__ import annotations
 import io
 import re
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from ..carriers import DecodedImage
 from ..errors import Code, PreprocessError, invalid
-from .pillow_buffer import rgbx_view
+from .pillow_buffer import rgba_view, rgbx_view
 
 #: Formats decoded by default. MPO is what many phone cameras write (JPEG + previews).
 DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
@@ -26,6 +27,7 @@ DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
 DEFAULT_MAX_PIXELS = 1 << 26
 
 _ORIENTATION = 0x0112
+_SWAPS_SIDES = range(5, 9)  # transposes and 90-degree rotations
 _CLAIMED = re.compile(r"Image size \((\d+) pixels\)")
 _WIDE_MODES = ("I", "F", "I;16", "I;16B", "I;16L", "I;16N", "I;32", "RGB;16", "RGBA;16")
 
@@ -42,14 +44,52 @@ def _wider_than_8_bits(im: Image.Image) -> bool:
     return False
 
 
+#: How an image with transparency becomes the pixels a family gets: "white" composites
+#: it onto white (transformers' ``convert_to_rgb``, what every processor does unless it
+#: says otherwise); "keep" hands such an image over as RGBA (``DecodedImage.alpha``) for
+#: the family to flatten itself. Images without transparency data are RGB either way.
+TRANSPARENCY = ("white", "keep")
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """An image opened and checked from its header alone: nothing decoded yet.
+
+    ``height``/``width`` are after EXIF orientation. For a PNG whose EXIF Pillow reads
+    only with the pixels (an eXIf chunk after the image data, or XMP) they are the
+    stored size until ``decode_pixels`` knows better: callers compare the decoded size.
+    """
+
+    image: Image.Image
+    format: str
+    height: int
+    width: int
+    item: int
+
+
 def decode_image(
     data: bytes,
     *,
     item: int,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     formats: frozenset[str] = DEFAULT_FORMATS,
+    transparency: str = "white",
 ) -> DecodedImage:
-    """Decode one image or raise a PreprocessError naming ``item`` and the cause."""
+    """Decode one image or raise a PreprocessError naming ``item`` and the cause:
+    ``open_image`` then ``decode_pixels``."""
+    return decode_pixels(open_image(data, item=item, max_pixels=max_pixels, formats=formats), transparency=transparency)
+
+
+def open_image(
+    data: bytes,
+    *,
+    item: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    formats: frozenset[str] = DEFAULT_FORMATS,
+) -> ImageHeader:
+    """Open one image and check it from its header (format, pixel count, sample width),
+    and read its EXIF-oriented size, without decoding a pixel; or raise a
+    PreprocessError naming ``item`` and the cause."""
     if not data:
         raise invalid("empty image data", item=item)
     _pillow_bomb_limit_at_least(max_pixels)
@@ -84,14 +124,32 @@ def decode_image(
     if _wider_than_8_bits(im):
         raise invalid(f"{fmt} image in mode {im.mode} has more than 8 bits per sample; send an 8-bit image", item=item)
     try:
+        # A PNG's getexif decodes the image when its EXIF is not in the header chunks.
+        header_exif = fmt != "PNG" or "exif" in im.info
+        if header_exif and im.getexif().get(_ORIENTATION, 1) in _SWAPS_SIDES:
+            width, height = height, width
+    except Exception as e:
+        raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
+    return ImageHeader(im, fmt, height, width, item)
+
+
+def decode_pixels(header: ImageHeader, *, transparency: str = "white") -> DecodedImage:
+    """Decode an opened image: EXIF orientation applied, transparency composited onto
+    white (or kept as RGBA with ``transparency="keep"``, see ``TRANSPARENCY``)."""
+    if transparency not in TRANSPARENCY:
+        raise ValueError(f"transparency must be one of {TRANSPARENCY}, got {transparency!r}")
+    im = header.image
+    try:
         im.load()
         if im.getexif().get(_ORIENTATION, 1) in range(2, 9):
             im = ImageOps.exif_transpose(im)
+        if transparency == "keep" and im.has_transparency_data:
+            return DecodedImage(_rgba_pixels(im), alpha=True)
         pixels = _rgb_pixels(im)
     except PreprocessError:
         raise
     except Exception as e:
-        raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
+        raise invalid(f"corrupt or truncated {header.format} image: {_reason(e)}", item=header.item) from None
     return DecodedImage(pixels)
 
 
@@ -122,6 +180,14 @@ def _rgb_pixels(im: Image.Image) -> np.ndarray:
         im = im.convert("RGB")
     view = rgbx_view(im)
     return view if view is not None else _rgb_array(im)
+
+
+def _rgba_pixels(im: Image.Image) -> np.ndarray:
+    """``im.convert("RGBA")`` (what a processor that keeps transparency takes), as
+    Pillow's buffer read in place where it can be, else copied."""
+    rgba = im if im.mode == "RGBA" else im.convert("RGBA")
+    view = rgba_view(rgba)
+    return view if view is not None else np.array(rgba)
 
 
 _CHUNK = 1 << 20

@@ -55,7 +55,7 @@ class _Exported:
         schema = _ArrowSchema.from_address(_capsule_pointer(schema_capsule, b"arrow_schema"))
         array = _ArrowArray.from_address(_capsule_pointer(array_capsule, b"arrow_array"))
         w, h = im.size
-        # RGB exports as fixed-size lists of 4 uint8, one list per pixel
+        # RGB and RGBA export as fixed-size lists of 4 uint8, one list per pixel
         if schema.format != b"+w:4" or schema.n_children != 1 or schema.children[0].contents.format != b"C":
             raise ValueError(f"unexpected Arrow layout {schema.format!r}")
         if array.length != w * h or array.offset != 0 or array.n_children != 1:
@@ -72,7 +72,17 @@ class _Exported:
 def rgbx_view(im: Image.Image) -> np.ndarray | None:
     """uint8 [H, W, 4] over ``im``'s own memory (writeable, C-contiguous), or None when
     Pillow cannot export it (not RGB, or not in one block)."""
-    if im.mode != "RGB":
+    return _view(im, "RGB")
+
+
+def rgba_view(im: Image.Image) -> np.ndarray | None:
+    """An RGBA image's own memory as uint8 [H, W, 4] (the same layout, alpha fourth),
+    or None when Pillow cannot export it."""
+    return _view(im, "RGBA")
+
+
+def _view(im: Image.Image, mode: str) -> np.ndarray | None:
+    if im.mode != mode:
         return None
     try:
         return np.asarray(_Exported(im))

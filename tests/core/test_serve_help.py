@@ -54,7 +54,8 @@ SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-sen
          ("--max-remote-bytes", FetchPolicy, "max_remote_bytes")]
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
-           ("--max-images", ServerConfig, "max_images"), ("--max-redirects", FetchPolicy, "max_redirects"),
+           ("--max-images", ServerConfig, "max_images"), ("--max-image-tokens", ServerConfig, "max_image_tokens"),
+           ("--max-redirects", FetchPolicy, "max_redirects"),
            ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches")]
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from sglang_mm_grpc import cli, server
 from sglang_mm_grpc.cli_remote import byte_size
+from sglang_mm_grpc.driver import DEFAULT_MAX_IMAGE_TOKENS
 from sglang_mm_grpc.media.decode import DEFAULT_MAX_PIXELS
 
 
@@ -37,6 +38,7 @@ def test_defaults(serve):
     assert (p.request_byte_budget, p.max_remote_bytes) == (1_342_177_280, 64 << 20)
     assert (p.fetch_timeout_s, p.max_redirects, p.max_concurrent_fetches) == (3.0, 10, 32)
     assert (cfg.max_images, cfg.max_image_pixels) == (64, DEFAULT_MAX_PIXELS)
+    assert cfg.max_image_tokens == DEFAULT_MAX_IMAGE_TOKENS
 
 
 def test_every_media_flag(serve, tmp_path):
@@ -52,6 +54,7 @@ def test_every_media_flag(serve, tmp_path):
         "--max-redirects", "0",
         "--max-concurrent-fetches", "4",
         "--max-image-pixels", "1000000",
+        "--max-image-tokens", "4096",
     )
     p = cfg.fetch_policy
     assert rc == 0
@@ -60,7 +63,7 @@ def test_every_media_flag(serve, tmp_path):
     assert p.allow_private_hosts is True
     assert (p.request_byte_budget, p.max_remote_bytes) == (1536 << 20, 2 << 20)
     assert (p.fetch_timeout_s, p.max_redirects, p.max_concurrent_fetches) == (1.5, 0, 4)
-    assert (cfg.max_images, cfg.max_image_pixels) == (8, 1_000_000)
+    assert (cfg.max_images, cfg.max_image_pixels, cfg.max_image_tokens) == (8, 1_000_000, 4096)
 
 
 def test_old_spelling_of_the_private_hosts_flag(serve):
@@ -78,6 +81,7 @@ def test_request_timeout_env_is_the_fetch_timeout_default(serve, monkeypatch):
     [
         ["--max-images", "0"],
         ["--max-image-pixels", "-1"],
+        ["--max-image-tokens", "0"],
         ["--max-concurrent-fetches", "x"],
         ["--request-byte-budget", "lots"],
     ],

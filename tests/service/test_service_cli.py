@@ -4,6 +4,7 @@ failures as a status name and a non-zero exit."""
 from __future__ import annotations
 
 import base64
+import re
 
 import blake3
 import numpy as np
@@ -54,6 +55,18 @@ def test_remote_failure_prints_status(server, tmp_path):
     bad.write_bytes(b"not an image")
     r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "sglang", str(bad))
     assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr
+
+
+def test_remote_request_budget(server, pps, tmp_path):
+    """``preprocess --target --max-image-tokens N`` sends the request's budget."""
+    path = tmp_path / "b.png"
+    path.write_bytes(imagegen.png(300, 500, seed=46))
+    tokens = pps[QWEN2].family.plan(300, 500, 0).token_count
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--max-image-tokens", str(tokens - 1), str(path))
+    assert r.returncode != 0 and "RESOURCE_EXHAUSTED" in r.stderr
+    assert f"{tokens} tokens, over the budget of {tokens - 1}" in r.stderr
+    r = cli("preprocess", "--target", server, "--model", QWEN2, "--max-image-tokens", str(tokens), str(path))
+    assert r.returncode == 0 and re.search(rf"\b{tokens} tokens\b|\btokens {tokens}\b", r.stdout), r.stderr
 
 
 def test_urls_are_sent_for_the_server_to_fetch(server, media_dir, tmp_path):

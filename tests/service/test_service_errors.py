@@ -74,6 +74,21 @@ def test_no_images(client):
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "no images" in e.details()
 
 
+def test_over_the_request_token_budget(client, pps):
+    """PreprocessRequest.max_image_tokens: an image over it fails the call, naming its
+    count and the budget; 0 (unset) is the model's budget, which ListModels reports."""
+    big = imagegen.png(300, 500, seed=6)
+    tokens = pps[QWEN2].family.plan(300, 500, 1).token_count
+    e = rpc_error(client.preprocess, QWEN2, [GOOD, big], max_image_tokens=tokens - 1)
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.details() == (f"image 1: 500x300 image expands into {tokens} tokens, over the budget of {tokens - 1} "
+                           "tokens per image (the request's max_image_tokens); not decoded")
+    assert client.preprocess(QWEN2, [GOOD, big], max_image_tokens=tokens, backend="trtllm").images[1].token_count == tokens
+    assert client.preprocess(QWEN2, [big], max_image_tokens=0, backend="trtllm").images[0].token_count == tokens
+    model = pps[QWEN2].max_image_tokens
+    assert {m.name: m.max_image_tokens for m in client.list_models()}[QWEN2] == model
+
+
 def test_empty_media_item(client):
     req = pb.PreprocessRequest(model=QWEN2, images=[pb.MediaItem(data=GOOD), pb.MediaItem()])
     e = rpc_error(client.stub.Preprocess, req, timeout=30)

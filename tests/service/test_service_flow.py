@@ -175,4 +175,5 @@ def test_list_models(client, pps, model_dir):
         assert list(m.modalities) == info["modalities"]
         assert m.max_images_per_request == info["max_images_per_request"]
         assert m.placeholder_token_id == info["placeholder_token_id"] == pp.family.placeholder_token_id
+        assert m.max_image_tokens == info["max_image_tokens"] == pp.max_image_tokens
     assert models[NAMED].source == str(model_dir)
