@@ -41,7 +41,9 @@ class FetchPolicy:
 
     ``allowed_media_domains``: exact hostnames (case-insensitive), checked on every
     redirect hop; None or empty means any host. ``allow_private_hosts`` turns off the
-    address check (loopback, private, link-local, ...), for trusted networks and tests.
+    address check (loopback, private, link-local, ...), for trusted networks and tests,
+    except for cloud metadata addresses (169.254.169.254, fd00:ec2::254,
+    100.100.100.200), which only ``allow_metadata_hosts`` opens.
     ``allowed_local_media_path``: the only directory local files may come from; None
     refuses every local file.
     """
@@ -49,6 +51,7 @@ class FetchPolicy:
     allowed_local_media_path: str | None = None
     allowed_media_domains: tuple[str, ...] | None = None
     allow_private_hosts: bool = False
+    allow_metadata_hosts: bool = False
     request_byte_budget: int = 1_342_177_280  # 1.25 GiB
     max_remote_bytes: int = 64 << 20
     fetch_timeout_s: float = field(default_factory=env_fetch_timeout)

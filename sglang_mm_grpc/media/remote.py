@@ -21,7 +21,7 @@ from .budget import ByteBudget
 from .failures import FetchFailure, exhausted, human_bytes, malformed, refused, timed_out, unavailable
 from .policy import FetchPolicy
 from .sources import redact_url
-from .ssrf import AddressRefused, ResolveFailed, Resolver, parse_ip, refusal_reason, resolve_checked
+from .ssrf import AddressRefused, ResolveFailed, Resolver, address_refusal, parse_ip, resolve_checked
 from .transport import Clients
 
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
@@ -48,10 +48,19 @@ def check_target(url: httpx.URL, policy: FetchPolicy) -> None:
     if not policy.domain_allowed(url.host):
         raise refused("domain_not_allowed", f"host {url.host} is not in allowed_media_domains")
     literal = parse_ip(url.host)
-    if literal is not None and not policy.allow_private_hosts:
-        reason = refusal_reason(literal)
+    if literal is not None:
+        reason = address_refusal(
+            literal, allow_private=policy.allow_private_hosts, allow_metadata=policy.allow_metadata_hosts
+        )
         if reason is not None:
-            raise refused("private_address", f"{literal} is a {reason} address (private hosts are not allowed)")
+            raise refused(*_refusal(f"{literal} is a {reason} address", reason))
+
+
+def _refusal(text: str, reason: str) -> tuple[str, str]:
+    """(refusal counter, message) for an address refused with ``reason``."""
+    if reason.startswith("cloud metadata"):
+        return "metadata_address", f"{text} (metadata hosts are not allowed)"
+    return "private_address", f"{text} (private hosts are not allowed)"
 
 
 def _describe_error(exc: Exception) -> str:
@@ -166,12 +175,12 @@ class HttpFetcher:
         check_target(url, self._policy)
         try:
             client, proxy = self._clients.for_url(url)
-            if proxy is not None and not self._policy.allow_private_hosts:
+            if proxy is not None and not (self._policy.allow_private_hosts and self._policy.allow_metadata_hosts):
                 await self._check_proxied_target(url)
             request = client.build_request("GET", url, timeout=httpx.Timeout(timeout))
             return await client.send(request, stream=True)
         except AddressRefused as exc:
-            raise refused("private_address", f"{exc} (private hosts are not allowed)") from None
+            raise refused(*_refusal(str(exc), exc.reason)) from None
         except ResolveFailed as exc:
             raise unavailable(str(exc)) from None
         except httpx.TimeoutException as exc:
@@ -190,7 +199,10 @@ class HttpFetcher:
         the normal case, and the proxy is the operator's own policy point.
         """
         try:
-            await resolve_checked(url.host, url.port or (443 if url.scheme == "https" else 80), self._resolver, allow_private=False)
+            await resolve_checked(
+                url.host, url.port or (443 if url.scheme == "https" else 80), self._resolver,
+                allow_private=self._policy.allow_private_hosts, allow_metadata=self._policy.allow_metadata_hosts,
+            )
         except ResolveFailed:
             return
 

@@ -6,6 +6,10 @@ unspecified addresses. IPv6 forms that carry an IPv4 address (IPv4-mapped, 6to4,
 NAT64) are judged by the IPv4 address they carry. Names are resolved once and the
 checked answer is what gets connected to, so a second, different DNS answer (rebinding)
 never matters.
+
+Cloud metadata services (``METADATA_ADDRESSES``: AWS/GCP/Azure/OCI 169.254.169.254, AWS's
+IPv6 fd00:ec2::254, Alibaba's 100.100.100.200) stay refused when private hosts are
+allowed: only ``allow_metadata`` lets a fetch reach them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 _NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# Instance metadata endpoints: credentials live there, so allowing private hosts (a trusted
+# network, tests) never opens them; they have their own switch.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+)
 
 
 class AddressRefused(Exception):
@@ -90,6 +99,29 @@ def refusal_reason(ip: IPAddress) -> str | None:
     return None
 
 
+def metadata_reason(ip: IPAddress) -> str | None:
+    """``"cloud metadata"`` (with how it was reached) when ``ip`` is a metadata address,
+    also inside an IPv6 form that carries it (IPv4-mapped, 6to4, NAT64); else None."""
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata"
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None and embedded[1] in METADATA_ADDRESSES:
+            return f"cloud metadata ({embedded[0]})"
+    return None
+
+
+def address_refusal(ip: IPAddress, *, allow_private: bool, allow_metadata: bool = False) -> str | None:
+    """Why a fetch must not reach ``ip`` under these switches, or None (a metadata
+    address is named as such only when private hosts are allowed: otherwise it is
+    refused, and named, as the link-local or shared address it also is)."""
+    if not allow_private:
+        reason = refusal_reason(ip)
+        if reason is not None:
+            return reason
+    return None if allow_metadata else metadata_reason(ip)
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
     """All addresses of ``host`` from the system resolver, duplicates removed."""
     loop = asyncio.get_running_loop()
@@ -100,20 +132,26 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def resolve_checked(host: str, port: int, resolver: Resolver, *, allow_private: bool) -> list[str]:
+async def resolve_checked(
+    host: str, port: int, resolver: Resolver, *, allow_private: bool, allow_metadata: bool = False
+) -> list[str]:
     """Resolve once and return the addresses to dial.
 
     Any refused address in the answer refuses the host: a name that points at both a
-    public and a private address is not one to trust.
+    public and a private address is not one to trust. Metadata addresses are refused
+    unless ``allow_metadata``, whatever ``allow_private`` says.
     """
     literal = parse_ip(host)
     addresses = [str(literal)] if literal is not None else list(await resolver(host, port))
     if not addresses:
         raise ResolveFailed(f"cannot resolve {host}: no addresses")
-    if not allow_private:
+    if not (allow_private and allow_metadata):
         for address in addresses:
             ip = parse_ip(address)
-            reason = "unparseable" if ip is None else refusal_reason(ip)
+            if ip is None:
+                reason = None if allow_private else "unparseable"
+            else:
+                reason = address_refusal(ip, allow_private=allow_private, allow_metadata=allow_metadata)
             if reason is not None:
                 raise AddressRefused(host, address, reason)
     return addresses

@@ -30,13 +30,19 @@ _USER_AGENT = "sglang-mm-grpc"
 class PinnedBackend(httpcore.AsyncNetworkBackend):
     """Resolve once, check, connect to the checked address."""
 
-    def __init__(self, resolver: Resolver, *, allow_private: bool, inner: httpcore.AsyncNetworkBackend | None = None):
+    def __init__(
+        self, resolver: Resolver, *, allow_private: bool, allow_metadata: bool = False,
+        inner: httpcore.AsyncNetworkBackend | None = None,
+    ):
         self._resolver = resolver
         self._allow_private = allow_private
+        self._allow_metadata = allow_metadata
         self._inner = inner or httpcore.AnyIOBackend()
 
     async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        addresses = await resolve_checked(host, port, self._resolver, allow_private=self._allow_private)
+        addresses = await resolve_checked(
+            host, port, self._resolver, allow_private=self._allow_private, allow_metadata=self._allow_metadata
+        )
         last_error: Exception | None = None
         for address in addresses:
             try:
@@ -164,7 +170,10 @@ class Clients:
         self._policy = policy
         self._proxies = proxies
         self._ssl = ssl_context or httpx.create_ssl_context()
-        self._backend = PinnedBackend(resolver, allow_private=policy.allow_private_hosts, inner=network_backend)
+        self._backend = PinnedBackend(
+            resolver, allow_private=policy.allow_private_hosts, allow_metadata=policy.allow_metadata_hosts,
+            inner=network_backend,
+        )
         self._clients: dict[str | None, httpx.AsyncClient] = {}
 
     def _pool_kwargs(self) -> dict:
