@@ -1,0 +1,298 @@
+"""``serve --processes N``: N server processes sharing one port, under one supervisor.
+
+One Python process leaves cores idle whenever the GIL-bound parts (gRPC, protobuf, the
+event loop) are busy; N processes each run their own. They share the port with
+SO_REUSEPORT (as grpc's multiprocessing example does): the kernel spreads connections
+over the processes that listen.
+
+The supervisor (this module, the process ``serve`` started):
+
+1. checks that the port is free (a port held by another program is an error, as with
+   one process) and keeps it reserved: a socket bound with SO_REUSEPORT but not
+   listening, so no other program can take it and ``--port 0`` has one number for all;
+2. starts process 0 alone and waits until it is warm: it compiles the numba kernels
+   into the cache once; then starts the others, which load them from the cache;
+3. when every process is warm, tells them to listen: the port reports SERVING only
+   when all N are ready, and every connection reaches a warm process;
+4. forwards SIGTERM/SIGINT to all of them (each drains on its own: NOT_SERVING,
+   ``--drain-delay``, grace) and exits 0 when they have;
+5. restarts a process that dies while serving (it binds the port again once warm; the
+   handles it kept are gone, so Assemble for them answers NOT_FOUND).
+
+Processes are spawned (never forked: grpc does not survive a fork), die with the
+supervisor (``PR_SET_PDEATHSIG``), and reach each other over Unix sockets in a private
+directory (``siblings.py``), which is where Assemble/Release for a sibling's handle go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from multiprocessing.connection import wait as wait_any
+
+log = logging.getLogger(__name__)
+
+_RESTART_BACKOFF_S = (0.5, 1, 2, 5, 10)
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[p{index}]: %(message)s"
+
+
+def default_processes() -> int:
+    """``serve --processes`` when not given: 1. Measured on 2 cores (README, "Several
+    processes"): 2 processes served 8 clients' Preprocess flows 1.3-1.5x as fast as one,
+    but each process holds its own models, cache and handle store, and a two-phase flow
+    may cost a forward between them; so more processes are a choice, sized with
+    ``--processes`` (Kubernetes: one per core the pod gets, see deploy/kubernetes)."""
+    return 1
+
+
+# -- the port ---------------------------------------------------------------------------
+
+
+def reserve_port(host: str, port: int) -> tuple[int, list[socket.socket]]:
+    """Check ``host:port`` is free and hold it (SO_REUSEPORT, bound, not listening) for
+    the processes; returns the port (picked when 0) and the sockets to keep open."""
+    from .server import _bind_failure
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        raise OSError(_bind_failure(host, port)) from None
+    held: list[socket.socket] = []
+    try:
+        for family, _, _, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+            address = (address[0], port) + tuple(address[2:])
+            # Free at all? (bound without SO_REUSEPORT: fails if anyone holds it)
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(address)
+                except OSError:
+                    raise OSError(_bind_failure(host, port)) from None
+                if port == 0:
+                    port = probe.getsockname()[1]
+                    address = (address[0], port) + tuple(address[2:])
+            s = socket.socket(family, socket.SOCK_STREAM)
+            held.append(s)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind(address)
+    except BaseException:
+        for s in held:
+            s.close()
+        raise
+    return port, held
+
+
+# -- one process ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(config, index: int, conn, log_level: int) -> None:
+    """Entry point of process ``index`` (spawned)."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor forwards a Ctrl-C as SIGTERM
+    logging.basicConfig(level=log_level, format=_LOG_FORMAT.format(index=index))
+    from .allocator import tune_for_large_tensors
+    from .server import serve
+
+    if config.tune_malloc:
+        tune_for_large_tensors()
+
+    async def before_listen() -> None:
+        conn.send(("warm",))
+        loop = asyncio.get_running_loop()
+        message = await loop.run_in_executor(None, _receive, conn)
+        if message != ("listen",):
+            raise RuntimeError(f"supervisor said {message!r}, not listen")
+
+    code = asyncio.run(serve(config, before_listen=before_listen, signals=(signal.SIGTERM,)))
+    raise SystemExit(code)
+
+
+def _receive(conn):
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+@dataclasses.dataclass
+class _Proc:
+    index: int
+    process: mp.Process
+    conn: object
+    warm: bool = False
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+
+# -- the supervisor ---------------------------------------------------------------------
+
+
+class Supervisor:
+    def __init__(self, config, log_level: int | None = None):
+        self.config = config
+        self.n = config.processes
+        self.log_level = log_level if log_level is not None else logging.getLogger().getEffectiveLevel()
+        self.ctx = mp.get_context("spawn")
+        self.procs: dict[int, _Proc] = {}
+        self.stopping = False
+        self.restarts: dict[int, int] = {}
+        self.signalled: set[int] = set()
+
+    def _config_for(self, index: int, port: int, directory: str):
+        from .shm import default_owner_id
+
+        return dataclasses.replace(
+            self.config, port=port, process_index=index, sibling_dir=directory,
+            # each process owns its own shared-memory segments (a restart removes only its own)
+            shm_owner_id=f"{self.config.shm_owner_id or default_owner_id(port)}-p{index}",
+        )
+
+    def _start(self, index: int) -> _Proc:
+        parent, child = self.ctx.Pipe()
+        process = self.ctx.Process(
+            target=_child, args=(self._config_for(index, self.port, self.directory), index, child, self.log_level),
+            name=f"sglang-mm-grpc-p{index}", daemon=False,
+        )
+        process.start()
+        child.close()
+        proc = self.procs[index] = _Proc(index, process, parent)
+        log.info("process %d started (pid %d)", index, process.pid)
+        return proc
+
+    def _signal(self, signum, _frame) -> None:
+        if not self.stopping:
+            log.info("signal received: stopping %d processes (each drains)", self.n)
+        self.stopping = True
+        for proc in self.procs.values():
+            if proc.process.is_alive() and proc.process.pid not in self.signalled:
+                self.signalled.add(proc.process.pid)  # once: a second SIGTERM would kill it mid-drain
+                try:
+                    os.kill(proc.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def _await_warm(self, indexes: list[int]) -> bool:
+        """Wait until these processes are warm; False if one exits first or a signal came."""
+        waiting = {i for i in indexes}
+        while waiting and not self.stopping:
+            ready = wait_any([self.procs[i].conn for i in waiting] + [self.procs[i].process.sentinel for i in waiting],
+                             timeout=0.2)
+            for i in list(waiting):
+                proc = self.procs[i]
+                if proc.conn in ready and _poll(proc.conn) == ("warm",):
+                    proc.warm = True
+                    waiting.discard(i)
+                    log.info("process %d warm after %.1fs", i, time.monotonic() - proc.started)
+                elif not proc.process.is_alive():
+                    log.error("process %d exited with %s before it was warm", i, proc.process.exitcode)
+                    return False
+        return not waiting
+
+    def run(self) -> int:
+        cfg = self.config
+        self.port, self._reserved = reserve_port(cfg.host, cfg.port)
+        self.directory = tempfile.mkdtemp(prefix="sglang-mm-grpc-")  # 0700: only this user
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._signal)
+        log.info("serving %s:%d with %d processes (process 0 first: it compiles what the kernel cache lacks)",
+                 cfg.host, self.port, self.n)
+        try:
+            self._start(0)
+            ok = self._await_warm([0])
+            if ok:
+                for i in range(1, self.n):
+                    self._start(i)
+                ok = self._await_warm(list(range(1, self.n)))
+            if not ok:
+                return self._shutdown(1 if not self.stopping else 0)
+            for proc in self.procs.values():
+                proc.conn.send(("listen",))
+            log.info("all %d processes warm: listening on %s:%d", self.n, cfg.host, self.port)
+            return self._supervise()
+        finally:
+            for s in self._reserved:
+                s.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _supervise(self) -> int:
+        while not self.stopping:
+            sentinels = {p.process.sentinel: p for p in self.procs.values()}
+            conns = {p.conn: p for p in self.procs.values() if not p.warm}
+            ready = wait_any(list(sentinels) + list(conns), timeout=0.5)
+            for r in ready:
+                if r in conns:  # a restarted process is warm: let it join the port
+                    proc = conns[r]
+                    if _poll(proc.conn) == ("warm",):
+                        proc.warm = True
+                        proc.conn.send(("listen",))
+                        log.info("process %d warm again after %.1fs: listening", proc.index,
+                                 time.monotonic() - proc.started)
+            for r in ready:
+                proc = sentinels.get(r)
+                if proc is None or self.stopping or proc.process.is_alive():
+                    continue
+                n = self.restarts.get(proc.index, 0)
+                delay = _RESTART_BACKOFF_S[min(n, len(_RESTART_BACKOFF_S) - 1)]
+                log.error("process %d (pid %d) exited with %s; restarting it in %gs (its handles are gone)",
+                          proc.index, proc.process.pid, proc.process.exitcode, delay)
+                self.restarts[proc.index] = n + 1
+                end = time.monotonic() + delay
+                while time.monotonic() < end and not self.stopping:
+                    time.sleep(0.05)
+                if not self.stopping:
+                    self._start(proc.index)
+        return self._shutdown(0)
+
+    def _shutdown(self, code: int) -> int:
+        self._signal(signal.SIGTERM, None)
+        wait_s = self.config.drain_delay_s + self.config.grace_s + 30
+        end = time.monotonic() + wait_s
+        for proc in self.procs.values():
+            proc.process.join(max(0.0, end - time.monotonic()))
+        worst = code
+        for proc in self.procs.values():
+            if proc.process.is_alive():
+                log.error("process %d did not stop within %.0fs: killing it", proc.index, wait_s)
+                proc.process.kill()
+                proc.process.join()
+                worst = worst or 1
+            elif proc.process.exitcode not in (0, None) and proc.warm:
+                worst = worst or proc.process.exitcode
+        log.info("stopped")
+        return worst
+
+
+def _poll(conn):
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):
+        return None
+
+
+def supervise(config) -> int:
+    """Run ``config.processes`` server processes on one port until SIGTERM/SIGINT."""
+    try:
+        return Supervisor(config).run()
+    except OSError as e:
+        log.error("%s", e)
+        return 1
