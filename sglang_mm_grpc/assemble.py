@@ -1,38 +1,107 @@
 """Backend payloads, built from a PreprocessOutput in each backend's own wire format.
 
-Pure functions (output + backend -> proto message), no server code, so a router can
-also call them in-process. What each backend needs (see docs WIRE.md):
+The messages are the gateway's own definitions (``smg-grpc-proto``); what each backend
+needs is what its servicer in ``smg-grpc-servicer`` reads (docs/WIRE_CURRENT.md has the
+evidence for every rule below):
 
-* SGLang: float32 ``pixel_values`` of all images, model-specific tensors as float32 or
-  int64 only (its servicer reads any other dtype string as float32), patch-only ranges,
-  ``im_token_id``, the encoded images in ``image_data``, ``modalities=["image"]``,
-  expanded ids.
-* vLLM: structural ranges (one per image), blake3 ``mm_hashes``, the family's field
-  layout as ``batched_keys``/``flat_keys`` (every sizes tensor sent), dtypes limited to
-  float32/int64/uint32, ``im_token_id``, expanded ids.
-* TensorRT-LLM: the encoded images and the unexpanded ids; it runs its own processor.
+* SGLang (``sglang.grpc.scheduler``): float32 ``pixel_values`` of all images,
+  model-specific tensors as float32 or int64 only (servicers before smg-grpc-servicer
+  0.14 read any other dtype string as float32), patch-only ranges, ``im_token_id``, the
+  encoded images in ``image_data``, ``modalities=["image"]``, expanded ids. Its
+  ``TensorData`` has plain ``data`` bytes: no shared memory, no narrower dtype.
+* vLLM (``vllm.grpc.engine``): ``TensorData`` with its ``payload`` oneof always set
+  (``inline`` or ``shm``, zero-size tensors included); structural ranges (one per image),
+  blake3 ``mm_hashes``, the family's field layout as ``batched_keys``/``flat_keys``
+  (every sizes tensor sent), ``keep_on_cpu_keys`` as vLLM declares them for the model,
+  ``modality=IMAGE``, ``encoder_input_key`` where the model's kwarg for the pixel tensor
+  is not ``pixel_values`` (and that name in the layout keys), ``im_token_id``, expanded
+  ids. Pixel tensors as float32 (default), bfloat16 or float16.
+* TensorRT-LLM (``trtllm``): the encoded images and the unexpanded ids; it decodes the
+  ids back to text and runs its own processor, which expands the placeholders.
+* TokenSpeed (``tokenspeed.grpc.scheduler``): one item per image, each with its own
+  encoder input (bfloat16 by default, as the gateway sends it), its rows of the
+  model-specific tensors, its patch ranges, ``placeholder_token_id`` and
+  ``content_hash`` = blake3 of the image's hex blake3 (the gateway's ``hash_hex_strings``).
+
+Large tensors are not copied into the message: ``assemble`` returns the payload without
+them and a *tail* (``wire.Hole`` parts: the array, its wire dtype) that the serializer
+writes after the message, converting while it copies (``wire.encode``); or, over shared
+memory, the tensor is written into a segment and the message carries its handle.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, field
 
-from . import tensors
-from ._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sglang_pb
+import numpy as np
+from smg_grpc_proto.generated import common_pb2
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as sglang_pb
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2 as tokenspeed_pb
+from smg_grpc_proto.generated import trtllm_service_pb2 as trtllm_pb
+from smg_grpc_proto.generated import vllm_engine_pb2 as vllm_pb
+
+from . import tensors, wire
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from ._proto.trtllm import trtllm_service_pb2 as trtllm_pb
-from ._proto.vllm.grpc.engine import vllm_engine_pb2 as vllm_pb
 from .carriers import PreprocessOutput
 from .errors import Code, PreprocessError
+from .hashing import hash_of_hashes
+from .shm import DEFAULT_MIN_BYTES, Segment, ShmArena
 
 BACKENDS: dict[str, int] = {
     "sglang": pb.BACKEND_SGLANG,
     "vllm": pb.BACKEND_VLLM,
     "trtllm": pb.BACKEND_TRTLLM,
+    "tokenspeed": pb.BACKEND_TOKENSPEED,
 }
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
+#: Wire dtypes by enum value, and the names the servicers' dtype table uses.
+WIRE_DTYPES = {
+    pb.WIRE_DTYPE_FLOAT32: "float32",
+    pb.WIRE_DTYPE_BFLOAT16: "bfloat16",
+    pb.WIRE_DTYPE_FLOAT16: "float16",
+}
+#: The pixel dtype each backend gets when the request names none (the gateway's own).
+DEFAULT_PIXEL_DTYPE = {"sglang": "float32", "vllm": "float32", "trtllm": "", "tokenspeed": "bfloat16"}
+#: Backends whose TensorData can carry a shared-memory handle.
+SHM_BACKENDS = ("vllm", "tokenspeed")
 _UINT32_MAX = 2**32 - 1
 _INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class WireOptions:
+    """How one payload's tensors travel, resolved by the caller (the servicer applies its
+    defaults and the shm namespace check)."""
+
+    pixel_dtype: str = ""  # "" = the backend's default; else float32 | bfloat16 | float16
+    shm: bool = False  # tensors of shm_min_bytes or more go to /dev/shm (vLLM, TokenSpeed)
+    shm_min_bytes: int = DEFAULT_MIN_BYTES
+    shm_required: bool = False  # the caller asked for SHM by name: refuse backends without it
+
+    @property
+    def dtype_named(self) -> bool:
+        return bool(self.pixel_dtype)
+
+
+@dataclass
+class Assembled:
+    """A payload: the message (without its large inline tensors), the tail that carries
+    them (``wire`` parts, appended to the serialized BackendPayload), and the shared-memory
+    segments it hands out."""
+
+    payload: pb.BackendPayload
+    tail: list = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def tail_nbytes(self) -> int:
+        return wire.parts_nbytes(self.tail)
+
+    def message(self) -> pb.BackendPayload:
+        """The complete message (its tensors copied in): for in-process callers and tests."""
+        if not self.tail:
+            return self.payload
+        return pb.BackendPayload.FromString(wire.encode([self.payload.SerializeToString(), *self.tail]))
 
 
 def parse_backend(value) -> int:
@@ -50,38 +119,179 @@ def parse_backend(value) -> int:
     )
 
 
+def parse_pixel_dtype(value) -> str:
+    """A WireDtype enum value or name, or a dtype name -> "" (unspecified) or the wire name."""
+    if value in (None, "", 0, pb.WIRE_DTYPE_UNSPECIFIED):
+        return ""
+    if isinstance(value, str):
+        key = value.lower().removeprefix("wire_dtype_")
+        key = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "f32": "float32"}.get(key, key)
+        if key in WIRE_DTYPES.values():
+            return key
+        raise PreprocessError(Code.INVALID_ARGUMENT,
+                              f"unknown pixel dtype {value!r}; use one of {', '.join(WIRE_DTYPES.values())}")
+    if int(value) in WIRE_DTYPES:
+        return WIRE_DTYPES[int(value)]
+    raise PreprocessError(Code.INVALID_ARGUMENT, f"pixel_dtype {value} is not a WireDtype value")
+
+
 def assemble(
-    out: PreprocessOutput, backend, field_layout, into: pb.BackendPayload | None = None, *, pixel_bytes: bool = True
-) -> pb.BackendPayload:
+    out: PreprocessOutput,
+    backend,
+    field_layout,
+    into: pb.BackendPayload | None = None,
+    *,
+    options: WireOptions | None = None,
+    arena: ShmArena | None = None,
+    staged: Segment | None = None,
+) -> Assembled:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
-    ``into``: fill this (empty) message instead of a new one, e.g. a response's
-    ``payload`` field, so the tensor bytes are not copied once more.
-    ``pixel_bytes=False``: leave ``pixel_values.data`` empty (shape and dtype set), for
-    a serializer that appends :func:`pixel_wire_array` itself (``wire.with_payload``).
-    """
+    ``into``: fill this (empty) message instead of a new one (a response's ``payload``).
+    ``field_layout``: the model's vLLM layout (``families.FieldLayout`` values).
+    ``arena``: where SHM segments come from (``options.shm``); ``staged``: a segment
+    that already holds ``out.pixel_values`` as float32 (kept by Preprocess), handed out
+    instead of a copy when the payload needs exactly that.
+    Refusals: FAILED_PRECONDITION for an option or model the backend's consumer cannot
+    take (the message says why and what works)."""
     b = parse_backend(backend)
+    name = BACKEND_NAMES[b]
+    options = options or WireOptions()
+    dtype = _pixel_dtype(name, options)
+    if options.shm_required and name not in SHM_BACKENDS:
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{_LABEL[name]} payloads cannot use shared memory: {_NO_SHM[name]}; "
+            f"ask for TENSOR_TRANSPORT_INLINE or AUTO, or use vLLM or TokenSpeed",
+        )
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b
-    if b == pb.BACKEND_SGLANG:
-        msg.input_ids.extend(token_ids(out.input_ids))
-        sglang_inputs(out, msg.sglang, pixel_bytes=pixel_bytes)
-    elif b == pb.BACKEND_VLLM:
-        msg.input_ids.extend(token_ids(out.input_ids))
-        vllm_inputs(out, field_layout, msg.vllm, pixel_bytes=pixel_bytes)
-    else:
-        msg.input_ids.extend(token_ids(out.original_input_ids))
-        trtllm_input(out, msg.trtllm)
-    return msg
+    res = Assembled(msg)
+    place = _Placer(res, options if name in SHM_BACKENDS else WireOptions(), arena, staged)
+    try:
+        if name == "sglang":
+            msg.input_ids.extend(token_ids(out.input_ids))
+            sglang_inputs(out, msg.sglang, place)
+        elif name == "vllm":
+            msg.input_ids.extend(token_ids(out.input_ids))
+            vllm_inputs(out, field_layout, msg.vllm, place, dtype)
+        elif name == "tokenspeed":
+            msg.input_ids.extend(token_ids(out.input_ids))
+            tokenspeed_inputs(out, field_layout, msg.tokenspeed, place, dtype)
+        else:
+            msg.input_ids.extend(token_ids(out.original_input_ids))
+            trtllm_input(out, msg.trtllm)
+    except BaseException:
+        place.abandon()
+        raise
+    return res
 
 
-def sglang_inputs(
-    out: PreprocessOutput, into: sglang_pb.MultimodalInputs | None = None, *, pixel_bytes: bool = True
-) -> sglang_pb.MultimodalInputs:
-    msg = sglang_pb.MultimodalInputs() if into is None else into
+_LABEL = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "tokenspeed": "TokenSpeed"}
+_NO_SHM = {
+    "sglang": "its TensorData (sglang_scheduler.proto) has only inline data bytes",
+    "trtllm": "it receives the encoded images, not tensors",
+}
+
+
+def _pixel_dtype(backend: str, options: WireOptions) -> str:
+    """The pixel tensor's wire dtype for this backend, or FAILED_PRECONDITION."""
+    dtype = options.pixel_dtype or DEFAULT_PIXEL_DTYPE[backend]
+    if backend == "trtllm" and dtype not in ("", "float32"):
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"TensorRT-LLM payloads carry the encoded images, not tensors: pixel_dtype {dtype} does not apply; "
+            "leave it unspecified",
+        )
+    if backend == "sglang" and dtype != "float32":
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"SGLang payloads carry float32 pixel values only: SGLang's servicer before smg-grpc-servicer 0.14 "
+            f"reads any dtype but float32 and int64 as float32 bytes, and the gateway sends it float32; "
+            f"ask for WIRE_DTYPE_FLOAT32 (or leave it unspecified), or use vLLM or TokenSpeed for {dtype}",
+        )
+    return dtype
+
+
+class _Placer:
+    """Puts each tensor of a payload inline (directly, or in the tail) or into shared memory."""
+
+    def __init__(self, res: Assembled, options: WireOptions, arena: ShmArena | None, staged: Segment | None):
+        self.res = res
+        self.options = options
+        self.arena = arena if options.shm else None
+        self.staged = staged
+
+    def small(self, td, arr: np.ndarray) -> None:
+        """A model-specific tensor (its own dtype), inline or in shared memory."""
+        arr = np.ascontiguousarray(arr)
+        name = tensors.wire_dtype_name(arr.dtype)
+        seg = self._segment(arr.nbytes)
+        if seg is None:
+            tensors.fill(td, arr)
+            return
+        seg.buffer()[:] = arr.astype(arr.dtype.newbyteorder("<"), copy=False).reshape(-1).view(np.uint8)
+        self._shm(td, seg, arr.shape, name)
+
+    def large(self, td, path: tuple[int, ...], arr: np.ndarray, dtype: str, *, whole: bool = False) -> None:
+        """A pixel tensor converted to ``dtype`` while it is copied once: into a segment, or
+        into the serialized message (a ``wire.Hole`` in the tail at field ``path`` of the
+        payload). ``whole``: ``arr`` is all of the staged tensor."""
+        arr = np.asarray(arr)
+        nbytes = arr.size * wire.WIDTHS[dtype]
+        staged = self.staged
+        if (whole and staged is not None and self.arena is not None and dtype == "float32"
+                and staged.state == "staged" and staged.nbytes == nbytes and nbytes >= self.options.shm_min_bytes):
+            self.staged = None  # one payload hands it out; later ones copy
+            self.res.segments.append(staged)
+            name, offset, n, owner = self.arena.hand_out(staged, keep_mapped=True)
+            td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = name, offset, n, owner
+            _shape(td, arr.shape, dtype)
+            return
+        seg = self._segment(nbytes)
+        if seg is None:
+            _shape(td, arr.shape, dtype)
+            self.res.tail.append(wire.nest(path, wire.Hole(arr, dtype)))
+            return
+        wire.cast_into(arr, seg.buffer(), dtype)
+        self._shm(td, seg, arr.shape, dtype)
+
+    def _segment(self, nbytes: int) -> Segment | None:
+        if self.arena is None or nbytes == 0 or nbytes < self.options.shm_min_bytes:
+            return None
+        seg = self.arena.create(nbytes)
+        if seg is not None:
+            self.res.segments.append(seg)
+        return seg
+
+    def _shm(self, td, seg: Segment, shape, dtype: str) -> None:
+        name, offset, nbytes, owner = self.arena.hand_out(seg)
+        td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = name, offset, nbytes, owner
+        _shape(td, shape, dtype)
+
+    def abandon(self) -> None:
+        """The payload will not be sent: remove the segments written for it (a staged
+        segment is the kept result's again)."""
+        for seg in self.res.segments:
+            if self.arena is not None and seg.handle == "" and seg.state != "gone":
+                self.arena.discard(seg, "failed")
+        self.res.segments.clear()
+
+
+def _shape(td, shape, dtype: str) -> None:
+    del td.shape[:]
+    td.shape.extend(int(d) for d in shape)
+    td.dtype = dtype
+
+
+# -- SGLang ---------------------------------------------------------------------------------
+
+
+def sglang_inputs(out: PreprocessOutput, into: sglang_pb.MultimodalInputs, place: _Placer) -> None:
+    msg = into
     msg.modalities.append("image")
     msg.image_data.extend(out.raw_images)
-    tensors.fill(msg.pixel_values, pixel_wire_array(out), data=pixel_bytes)
+    place.large(msg.pixel_values, _SGLANG_PIXELS, out.pixel_values, "float32")
     for name, arr in out.tensors.items():
         tensors.fill(msg.model_specific_tensors[name], _sglang_dtype(name, arr))
     msg.im_token_id = _token_id(out.image_token_id)
@@ -90,32 +300,133 @@ def sglang_inputs(
         # its whole range, as the gateway does.
         for offset, length in im.patch_ranges or (im.structural_range,):
             msg.mm_placeholders.add(offset=offset, length=length)
-    return msg
 
 
-def vllm_inputs(
-    out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInputs | None = None, *, pixel_bytes: bool = True
-) -> vllm_pb.MultimodalInputs:
-    msg = vllm_pb.MultimodalInputs() if into is None else into
+_SGLANG_PIXELS = wire.field_path(pb.BackendPayload, ("sglang", "pixel_values", "data"))
+
+
+# -- vLLM -----------------------------------------------------------------------------------
+
+
+def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInputs, place: _Placer,
+                dtype: str = "float32") -> None:
+    msg = into
+    _check_vllm_items(out, field_layout)
+    key = getattr(field_layout, "encoder_input_key", "") or "pixel_values"
+
+    def wire_key(k: str) -> str:  # the layout keys name the pixel tensor by the model's kwarg
+        return key if k == "pixel_values" else k
+
+    msg.modality = common_pb2.IMAGE
+    if key != "pixel_values":
+        msg.encoder_input_key = key
     msg.mm_hashes.extend(im.hash for im in out.images)
-    tensors.fill(msg.pixel_values, pixel_wire_array(out), data=pixel_bytes)
+    place.large(msg.pixel_values, _VLLM_PIXELS, out.pixel_values, dtype, whole=True)
     for name, arr in out.tensors.items():
-        tensors.fill(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
+        place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
     present = {"pixel_values", *out.tensors}
-    msg.batched_keys.extend(k for k in field_layout.batched if k in present)
-    for key, sizes_key in field_layout.flat.items():
-        if key not in present:
+    msg.batched_keys.extend(wire_key(k) for k in field_layout.batched if k in present)
+    for k, sizes_key in field_layout.flat.items():
+        if k not in present:
             continue
         if sizes_key not in out.tensors:
             raise PreprocessError(
-                Code.INTERNAL, f"vLLM layout splits {key!r} by {sizes_key!r}, but no such tensor was produced"
+                Code.INTERNAL, f"vLLM layout splits {k!r} by {sizes_key!r}, but no such tensor was produced"
             )
-        msg.flat_keys[key] = sizes_key
+        msg.flat_keys[wire_key(k)] = wire_key(sizes_key)
+    msg.keep_on_cpu_keys.extend(wire_key(k) for k in getattr(field_layout, "keep_on_cpu", ()) if k in present)
     msg.im_token_id = _token_id(out.image_token_id)
     for im in out.images:
         offset, length = im.structural_range
         msg.mm_placeholders.add(offset=offset, length=length)
-    return msg
+
+
+_VLLM_PIXELS = wire.field_path(pb.BackendPayload, ("vllm", "pixel_values", "inline"))
+
+
+def _check_vllm_items(out: PreprocessOutput, field_layout) -> None:
+    """Refuse a padded batch for a model whose vLLM processor crops each item itself
+    (the servicer's path skips the processor, so the tower would see the padding)."""
+    sizes_key = getattr(field_layout, "unpadded_by", None)
+    if not sizes_key or sizes_key not in out.tensors or out.pixel_values.ndim < 2:
+        return
+    sizes = np.asarray(out.tensors[sizes_key]).reshape(len(out.images), -1)
+    full = tuple(int(d) for d in out.pixel_values.shape[-sizes.shape[1]:])
+    padded = [i for i, s in enumerate(sizes.tolist()) if tuple(s) != full]
+    if padded:
+        shown = ", ".join(f"image {i} {'x'.join(map(str, sizes[i].tolist()))}" for i in padded[:4])
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"vLLM cannot take these images in one payload: this model's vLLM processor crops each image's "
+            f"pixel_values to its own size before the vision tower, a step the gRPC servicer skips, and these "
+            f"images were zero-padded to the batch's {'x'.join(map(str, full))} ({shown}), so the tower would "
+            f"produce more image embeddings than the prompt has placeholders. Send images of one resized size "
+            f"together, one image per request, or use the SGLang, TokenSpeed or TensorRT-LLM backend",
+        )
+
+
+# -- TokenSpeed -------------------------------------------------------------------------------
+
+
+def tokenspeed_inputs(out: PreprocessOutput, field_layout, into: tokenspeed_pb.MultimodalInputs, place: _Placer,
+                      dtype: str = "bfloat16") -> None:
+    """One item per image. The items go into the tail (each item's serialized bytes with
+    its encoder input appended inside it), so the head holds an empty MultimodalInputs."""
+    into.SetInParent()
+    n = len(out.images)
+    whole = n == 1
+    items = []
+    for i, im in enumerate(out.images):
+        item = tokenspeed_pb.MultimodalItem()
+        item.modality = common_pb2.IMAGE
+        item.content_hash = content_hash(im.hash)
+        item.placeholder_token_id = _token_id(out.image_token_id)
+        for offset, length in im.patch_ranges or (im.structural_range,):
+            item.placeholders.add(offset=offset, length=length)
+        for name, arr in out.tensors.items():
+            place.small(item.model_specific_tensors[name], _vllm_dtype(name, _item_rows(out, field_layout, name, arr, i)))
+        pixels = _item_rows(out, field_layout, "pixel_values", out.pixel_values, i)
+        sub = _Tail()
+        place.res.tail, saved = sub.parts, place.res.tail
+        try:
+            place.large(item.encoder_input, _TS_ENCODER_INLINE, pixels, dtype, whole=whole)
+        finally:
+            place.res.tail = saved
+        items.append(wire.field(_TS_ITEMS, [item.SerializeToString(), *sub.parts]))
+    # BackendPayload.tokenspeed { items {...} items {...} }: merged into the head's empty one
+    place.res.tail.append(wire.field(_TS_FIELD, items))
+
+
+class _Tail:
+    def __init__(self):
+        self.parts: list = []
+
+
+_TS_FIELD = pb.BackendPayload.DESCRIPTOR.fields_by_name["tokenspeed"].number
+_TS_ITEMS = tokenspeed_pb.MultimodalInputs.DESCRIPTOR.fields_by_name["items"].number
+_TS_ENCODER_INLINE = wire.field_path(tokenspeed_pb.MultimodalItem, ("encoder_input", "inline"))
+
+
+def _item_rows(out: PreprocessOutput, field_layout, name: str, arr: np.ndarray, i: int) -> np.ndarray:
+    """Item ``i``'s part of a tensor, as the gateway splits it for TokenSpeed: batched ->
+    ``arr[i:i+1]`` (the item dim kept), flat -> its rows by the sizes tensor, else all."""
+    if name in field_layout.batched:
+        return arr[i : i + 1]
+    sizes_key = field_layout.flat.get(name)
+    if sizes_key is not None:
+        sizes = np.asarray(out.tensors[sizes_key]).reshape(-1).astype(np.int64)
+        start = int(sizes[:i].sum())
+        return arr[start : start + int(sizes[i])]
+    return arr
+
+
+def content_hash(hex_hash: str) -> bytes:
+    """TokenSpeed's ``MultimodalItem.content_hash``: blake3 over the bytes of the item's hex
+    blake3 string (the gateway's ``hash_hex_strings`` of one hash)."""
+    return hash_of_hashes(hex_hash)
+
+
+# -- TensorRT-LLM ------------------------------------------------------------------------------
 
 
 def trtllm_input(out: PreprocessOutput, into: trtllm_pb.MultimodalInput | None = None) -> trtllm_pb.MultimodalInput:
@@ -125,8 +436,11 @@ def trtllm_input(out: PreprocessOutput, into: trtllm_pb.MultimodalInput | None =
     return msg
 
 
+# -- values -------------------------------------------------------------------------------------
+
+
 def pixel_wire_array(out: PreprocessOutput) -> np.ndarray:
-    """``pixel_values`` as the wire carries it for SGLang and vLLM: float32, little-endian, C order."""
+    """``pixel_values`` as float32, C order (what the wire carries as float32)."""
     return np.ascontiguousarray(out.pixel_values, dtype="<f4")
 
 
@@ -153,7 +467,7 @@ def _token_id(value: int) -> int:
 
 
 def _sglang_dtype(name: str, arr: np.ndarray) -> np.ndarray:
-    """float32 or int64: SGLang reads every other dtype string as float32 bytes."""
+    """float32 or int64: SGLang's older servicers read every other dtype string as float32."""
     if arr.dtype.kind == "f":
         return arr.astype(np.float32, copy=False)
     if arr.dtype.kind in "iub":
@@ -162,7 +476,7 @@ def _sglang_dtype(name: str, arr: np.ndarray) -> np.ndarray:
 
 
 def _vllm_dtype(name: str, arr: np.ndarray) -> np.ndarray:
-    """float32, int64 or uint32: vLLM rejects every other dtype string."""
+    """float32, int64 or uint32: what every vLLM and TokenSpeed servicer version reads."""
     if arr.dtype.kind == "f":
         return arr.astype(np.float32, copy=False)
     if arr.dtype == np.uint32:

@@ -87,6 +87,42 @@ REQUEST_OPTIONS = (
 )
 
 
+def transport_name(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("inline", "shm", "auto"):
+        raise argparse.ArgumentTypeError(f"not a tensor transport: {text!r} (inline, shm or auto)")
+    return value
+
+
+def octal_mode(text: str) -> int:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 0o777:
+        raise argparse.ArgumentTypeError(f"not a file mode: {text!r} (octal, e.g. 600 or 640)")
+    return value
+
+
+# ServerConfig fields of the payload tensors' transport (docs/WIRE_CURRENT.md).
+SHM_OPTIONS = (
+    ("--tensor-transport", transport_name, "MODE", "tensor_transport",
+     "how payload tensors travel to vLLM and TokenSpeed workers when a request does not say: inline, shm "
+     "(/dev/shm segments, for workers that share it) or auto (shm when the request's shm_namespace_id equals "
+     "this server's) (default: {default})"),
+    ("--shm-min-bytes", byte_size, "SIZE", "shm_min_bytes", "tensors smaller than this stay inline (default: {default})"),
+    ("--shm-budget", byte_size, "SIZE", "shm_budget_bytes",
+     "most bytes this server keeps in /dev/shm at once; a tensor that does not fit goes inline "
+     "(default: {default}; 0: no shared memory)"),
+    ("--shm-lease", float, "S", "shm_lease_s",
+     "seconds a handed-out segment may stay unread before the server removes it (default {default})"),
+    ("--shm-mode", octal_mode, "MODE", "shm_mode", "file mode of the segments, octal (default {default})"),
+    ("--shm-owner-id", str, "ID", "shm_owner_id",
+     "names this server's segments; a restart with the same id removes what the previous instance left "
+     "(default: {default})"),
+)
+
+
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """The ``serve`` subcommand. Unset options keep ``ServerConfig``'s and ``FetchPolicy``'s
     defaults; the help shows them, read from those classes only when help is asked for (the
@@ -120,6 +156,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         help="allow loopback/private/link-local/... addresses (trusted networks and tests only)",
     )
     _add_options(f, (*FETCH_OPTIONS, *REQUEST_OPTIONS))
+    _add_options(p.add_argument_group("payload tensors: dtype and shared memory (docs/WIRE_CURRENT.md)"), SHM_OPTIONS)
     p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
@@ -160,6 +197,15 @@ def serve_defaults() -> dict[str, str]:
     if side * side == values["max_image_pixels"]:
         shown["max_image_pixels"] += f" = {side}x{side}"
     shown["max_in_flight"] = _in_flight_rule(default_max_in_flight)
+    from .shm import DEFAULT_BUDGET_CAP, DEFAULT_MIN_BYTES
+    from .transport import ENV_MIN_BYTES, ENV_TRANSPORT, default_transport
+
+    shown["tensor_transport"] = f"${ENV_TRANSPORT}, else {default_transport(env={})}"
+    shown["shm_min_bytes"] = f"${ENV_MIN_BYTES}, else {size_text(DEFAULT_MIN_BYTES)}"
+    shown["shm_budget_bytes"] = f"a quarter of /dev/shm, at most {size_text(DEFAULT_BUDGET_CAP)}"
+    shown["shm_lease_s"] = f"{values['shm_lease_s']:g}"
+    shown["shm_mode"] = f"{values['shm_mode']:o}"
+    shown["shm_owner_id"] = "HOST-PORT"
     return shown
 
 
@@ -217,7 +263,7 @@ def run_serve(args) -> int:
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS)),
+        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS)),
     ))
     return run(config)
 

@@ -23,7 +23,11 @@ from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
 MiB = 1 << 20
-_BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM}
+_BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM,
+             "tokenspeed": pb.BACKEND_TOKENSPEED}
+_DTYPES = {"float32": pb.WIRE_DTYPE_FLOAT32, "bfloat16": pb.WIRE_DTYPE_BFLOAT16, "float16": pb.WIRE_DTYPE_FLOAT16,
+           "bf16": pb.WIRE_DTYPE_BFLOAT16, "fp16": pb.WIRE_DTYPE_FLOAT16}
+_TRANSPORTS = {"inline": pb.TENSOR_TRANSPORT_INLINE, "shm": pb.TENSOR_TRANSPORT_SHM, "auto": pb.TENSOR_TRANSPORT_AUTO}
 
 
 def backend_value(backend) -> int:
@@ -38,6 +42,20 @@ def backend_value(backend) -> int:
     return int(backend)
 
 
+def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None = None,
+                    shm_namespace_id: str = "") -> pb.PayloadOptions:
+    """PayloadOptions from names (``"bfloat16"``, ``"shm"``) or enum values; None: unspecified
+    (the backend's dtype, the server's transport and minimum size)."""
+    opts = pb.PayloadOptions(shm_namespace_id=shm_namespace_id or "")
+    if pixel_dtype is not None:
+        opts.pixel_dtype = _DTYPES[pixel_dtype.lower()] if isinstance(pixel_dtype, str) else int(pixel_dtype)
+    if transport is not None:
+        opts.transport = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
+    if shm_min_bytes is not None:
+        opts.shm_min_bytes = int(shm_min_bytes)
+    return opts
+
+
 def media_item(image) -> pb.MediaItem:
     """bytes -> sent as data; ``Path`` -> read here and sent as data; str -> sent as a URL."""
     if isinstance(image, (bytes, bytearray, memoryview)):
@@ -49,16 +67,31 @@ def media_item(image) -> pb.MediaItem:
     raise TypeError(f"an image is bytes, a pathlib.Path or a URL string, not {type(image).__name__}")
 
 
-def payload_arrays(payload: pb.BackendPayload) -> dict[str, np.ndarray]:
-    """Every tensor of a payload by name, plus ``input_ids`` (int64)."""
+def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.ndarray]:
+    """Every tensor of a payload by name, plus ``input_ids`` (int64); TokenSpeed's per item
+    as ``items.<i>.<name>`` (its encoder input as ``items.<i>.encoder_input``). bfloat16
+    tensors are widened to float32 (exactly). ``read_shm(handle) -> bytes`` reads tensors
+    sent in shared memory (e.g. ``smg_grpc_servicer.mm_shm.tensor_payload_bytes_from_shm``,
+    which removes the segment, as a worker does)."""
     arrays: dict[str, np.ndarray] = {}
+
+    def put(name, td):
+        a = tensors.to_array(td, read_shm)
+        arrays[name] = tensors.bf16_as_float32(a) if td.dtype == "bfloat16" else a
+
     which = payload.WhichOneof("mm_inputs")
     if which in ("sglang", "vllm"):
         mm = getattr(payload, which)
         if mm.HasField("pixel_values"):
-            arrays["pixel_values"] = tensors.to_array(mm.pixel_values)
+            put("pixel_values", mm.pixel_values)
         for name, td in mm.model_specific_tensors.items():
-            arrays[name] = tensors.to_array(td)
+            put(name, td)
+    elif which == "tokenspeed":
+        for i, item in enumerate(payload.tokenspeed.items):
+            if item.HasField("encoder_input"):
+                put(f"items.{i}.encoder_input", item.encoder_input)
+            for name, td in item.model_specific_tensors.items():
+                put(f"items.{i}.{name}", td)
     arrays["input_ids"] = np.asarray(payload.input_ids, dtype=np.int64)
     return arrays
 
@@ -88,6 +121,7 @@ class Client:
         request_id: str = "",
         timeout: float | None = None,
         max_image_tokens: int | None = None,
+        options: pb.PayloadOptions | None = None,
     ) -> pb.PreprocessResponse:
         """Preprocess ``images``; with ``backend`` the payload comes back in the response.
 
@@ -95,7 +129,9 @@ class Client:
         Without ``backend`` (or with ``keep_handle``) the response's ``handle`` names the
         kept intermediate for ``assemble``. ``max_image_tokens``: this request's token
         budget per image (None: the model's, ``ModelInfo.max_image_tokens``); an image
-        over it fails the call with RESOURCE_EXHAUSTED.
+        over it fails the call with RESOURCE_EXHAUSTED. ``options`` (``payload_options``):
+        the payload's pixel dtype and tensor transport; without a backend, a hint that
+        stages the pixel tensor in shared memory for the Assemble to come.
         """
         req = pb.PreprocessRequest(
             request_id=request_id,
@@ -105,12 +141,20 @@ class Client:
             backend=backend_value(backend),
             keep_handle=keep_handle,
             max_image_tokens=max_image_tokens or 0,
+            payload_options=options,
         )
         return self.stub.Preprocess(req, timeout=self._timeout(timeout))
 
-    def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None) -> pb.BackendPayload:
-        req = pb.AssembleRequest(handle=handle, backend=backend_value(backend), release=release)
+    def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None,
+                 options: pb.PayloadOptions | None = None) -> pb.BackendPayload:
+        req = pb.AssembleRequest(handle=handle, backend=backend_value(backend), release=release,
+                                 payload_options=options)
         return self.stub.Assemble(req, timeout=self._timeout(timeout)).payload
+
+    def server_info(self, *, timeout: float | None = None) -> pb.GetServerInfoResponse:
+        """The server's /dev/shm identity (compare a worker's GetServerInfo.shm_namespace_id
+        with ``shm_namespace_id``), transport defaults and shared-memory counters."""
+        return self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=self._timeout(timeout))
 
     def release(self, handle: str, *, timeout: float | None = None) -> bool:
         return self.stub.Release(pb.ReleaseRequest(handle=handle), timeout=self._timeout(timeout)).released

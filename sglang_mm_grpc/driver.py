@@ -174,14 +174,16 @@ class Preprocessor:
 
     def preprocess(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
-        use_cache: bool = True, max_image_tokens: int | None = None,
+        use_cache: bool = True, max_image_tokens: int | None = None, allocate=None,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
         request stops at the next image boundary with a CANCELLED error. ``use_cache``
         False: the cache is neither read nor written (nor counted). ``max_image_tokens``:
         this request's budget per image (None or 0: the model's; a larger one than the
         model's is the model's); an image over it is refused with RESOURCE_EXHAUSTED
-        before its pixels are decoded."""
+        before its pixels are decoded. ``allocate(shape)``: float32 memory of that shape
+        for pixel_values (e.g. a shared-memory segment the kernels then write straight
+        into), or None to allocate as usual; the cache copies out of such memory."""
         t0 = time.perf_counter()
         prompt = self.check_request(len(images), input_ids)
         cache = self.cache if use_cache else None
@@ -190,8 +192,9 @@ class Preprocessor:
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
-        pixel_values, slots = self._allocate(admitted)
-        aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache), len(images), cancel)
+        pixel_values, slots, lent = self._allocate(admitted, allocate)
+        aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
+                         cancel)
         t2 = time.perf_counter()
         positions = self.family.positions(applied, plans)
         t3 = time.perf_counter()
@@ -239,14 +242,21 @@ class Preprocessor:
         decode_ms = (time.perf_counter() - td) * 1e3
         return _Admitted(h, img.height, img.width, plan, img, None, decode_ms)
 
-    def _allocate(self, admitted: list[_Admitted]) -> tuple[np.ndarray, list[tuple]]:
-        """pixel_values and each item's slot; a lone cached image is its cached tensor (no copy)."""
+    def _allocate(self, admitted: list[_Admitted], allocate=None) -> tuple[np.ndarray, list[tuple], bool]:
+        """pixel_values, each item's slot, and whether the memory is the caller's
+        (``allocate``); a lone cached image is its cached tensor (no copy)."""
         if len(admitted) == 1 and admitted[0].cached is not None:
-            return admitted[0].cached.pixel_values, [admitted[0].cached.slot]
+            return admitted[0].cached.pixel_values, [admitted[0].cached.slot], False
         shape, slots = self.family.batch_shape([a.plan for a in admitted])
-        return _new_batch(shape, slots), slots
+        lent = allocate(shape) if allocate is not None else None
+        if lent is not None:
+            if _padded(shape, slots):
+                lent.fill(0)
+            return lent, slots, True
+        return _new_batch(shape, slots), slots, False
 
-    def _process(self, a: _Admitted, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache | None):
+    def _process(self, a: _Admitted, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache | None,
+                 lent: bool = False):
         """Write the image's slot (from its pixels or the cache); return its aux rows."""
         tp = time.perf_counter()
         if a.cached is not None:
@@ -256,15 +266,17 @@ class Preprocessor:
         else:
             aux = self.family.process_item(a.image, a.plan, pixel_values[slot])
             if cache is not None:
-                cache.put((a.hash, self.spec_key), self._cache_entry(a, aux, pixel_values, slot))
+                cache.put((a.hash, self.spec_key), self._cache_entry(a, aux, pixel_values, slot, lent))
         a.process_ms = (time.perf_counter() - tp) * 1e3
         return aux
 
-    def _cache_entry(self, a: _Admitted, aux, pixel_values: np.ndarray, slot: tuple) -> CachedItem:
+    def _cache_entry(self, a: _Admitted, aux, pixel_values: np.ndarray, slot: tuple, lent: bool = False
+                     ) -> CachedItem:
         """The item as a single-image batch: the request's own arrays when it is the only
-        image (no copy), else a copy of its slot into a fresh single-image batch."""
+        image (no copy), else (or when the memory is the caller's) a copy of its slot into
+        a fresh single-image batch."""
         shape, (single_slot,) = self.family.batch_shape([a.plan])
-        if pixel_values.shape != shape or slot != single_slot:
+        if lent or pixel_values.shape != shape or slot != single_slot:
             batch = _new_batch(shape, [single_slot])
             batch[single_slot] = pixel_values[slot]
             pixel_values, slot = batch, single_slot
@@ -306,7 +318,12 @@ def _new_batch(shape: tuple[int, ...], slots: list[tuple]) -> np.ndarray:
     """pixel_values to write the items' slots into. Zeros where padding is left between
     slots (which never overlap); a batch the slots cover whole (one image, or a family
     without padding) is not written twice."""
-    whole = np.broadcast_to(np.zeros((), np.bool_), shape)  # sizes only, no memory
-    if sum(whole[slot].size for slot in slots) != whole.size:
+    if _padded(shape, slots):
         return np.zeros(shape, dtype=np.float32)
     return np.empty(shape, dtype=np.float32)
+
+
+def _padded(shape: tuple[int, ...], slots: list[tuple]) -> bool:
+    """Whether the slots leave padding in a batch of ``shape``."""
+    whole = np.broadcast_to(np.zeros((), np.bool_), shape)  # sizes only, no memory
+    return sum(whole[slot].size for slot in slots) != whole.size

@@ -10,3 +10,12 @@ import blake3
 
 def content_hash(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
+
+
+def hash_of_hashes(*hex_hashes: str) -> bytes:
+    """blake3 (32 raw bytes) over the hex hash strings' bytes, in order: the gateway's
+    ``hash_hex_strings`` (TokenSpeed's ``MultimodalItem.content_hash`` is it of one hash)."""
+    h = blake3.blake3()
+    for hex_hash in hex_hashes:
+        h.update(hex_hash.encode("ascii"))
+    return h.digest()

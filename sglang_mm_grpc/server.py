@@ -32,7 +32,10 @@ from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
 from .servicer import SERVICE_NAME, PreprocessorServicer
+from .shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
 from .store import HandleStore
+from .transport import Transport, default_min_bytes, default_transport
+from .kernels import wirecast
 from .transport_warmup import warm_transport
 from .wire import serialize_response
 
@@ -80,6 +83,20 @@ class ServerConfig:
     metrics_port: int = 0
     # glibc malloc keeps freed tensors for the next request (see allocator.py).
     tune_malloc: bool = True
+    # How payload tensors travel to vLLM / TokenSpeed workers when a request does not say:
+    # inline | shm | auto (None: $SMG_MM_TENSOR_TRANSPORT, else inline).
+    tensor_transport: str | None = None
+    # Tensors smaller than this stay inline (None: $SMG_MM_SHM_MIN_BYTES, else 64 KiB).
+    shm_min_bytes: int | None = None
+    # The most bytes kept in /dev/shm at once (None: a quarter of it, at most 2 GiB; 0: no SHM).
+    shm_budget_bytes: int | None = None
+    # Seconds a handed-out segment may stay unread before the server removes it.
+    shm_lease_s: float = DEFAULT_LEASE_S
+    # File mode of the segments (0600: only this user's workers can read them).
+    shm_mode: int = DEFAULT_MODE
+    # Names this instance's segments (None: <host>-<port>); a restart with the same id
+    # removes what the previous instance left.
+    shm_owner_id: str | None = None
 
 
 class Server:
@@ -89,7 +106,11 @@ class Server:
         self.config = config
         self.workers = config.workers or default_threads()
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
-        self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s)
+        self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s,
+                                              on_drop=self._dropped)
+        self.transport = Transport(None, transport=default_transport(config.tensor_transport),
+                                   min_bytes=default_min_bytes(config.shm_min_bytes),
+                                   max_send_bytes=config.max_send_bytes)
         self.fetcher: MediaFetcher | None = None
         self.servicer: PreprocessorServicer | None = None
         self.health = HealthServicer()
@@ -101,6 +122,7 @@ class Server:
         self.metrics_endpoint = None  # exporter.MetricsEndpoint when metrics_port is set
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
+        self._reaper: asyncio.Task | None = None
 
     async def start(self) -> int:
         """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port."""
@@ -114,6 +136,7 @@ class Server:
             max_in_flight=self.max_in_flight,
             metrics=self.metrics,
             stats_parts=self._stats_parts,
+            transport=self.transport,
         )
         server = grpc.aio.server(
             options=[
@@ -137,6 +160,7 @@ class Server:
             raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
         await server.start()
         self._server, self.port = server, port
+        self._open_shm(port)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         if cfg.metrics_port:
             from .exporter import MetricsEndpoint
@@ -151,6 +175,40 @@ class Server:
             cfg.host, port, self.workers, self.max_in_flight,
         )
         return port
+
+    def _open_shm(self, port: int) -> None:
+        """The shared-memory segments, once the port (part of the default owner id) is
+        bound: a restart removes what the previous instance with this id left."""
+        cfg = self.config
+        if cfg.shm_budget_bytes == 0:
+            return
+        try:
+            arena = ShmArena(cfg.shm_owner_id or default_owner_id(port), budget_bytes=cfg.shm_budget_bytes,
+                             lease_s=cfg.shm_lease_s, mode=cfg.shm_mode)
+            arena.remove_previous()
+        except ValueError as e:
+            log.warning("no shared-memory transport: %s", e)
+            return
+        if not arena.writable():
+            return
+        self.transport.arena = arena
+        period = max(0.05, min(1.0, cfg.shm_lease_s / 4))
+        self._reaper = asyncio.get_running_loop().create_task(self._reap(period))
+        log.info("shared memory: owner %s, namespace %s, budget %d bytes, lease %gs, default transport %s",
+                 arena.owner_id, arena.namespace_id, arena.budget, arena.lease_s, self.transport.transport)
+
+    def _dropped(self, kept, why: str) -> None:
+        """A kept result expired or was evicted: its unused staged segment goes (what it
+        handed out lives until read or its lease ends)."""
+        self.transport.drop(kept.all_segments(), why)
+
+    async def _reap(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.transport.reap()
+            except Exception:  # keep reaping; a broken segment must not stop the rest
+                log.exception("reaping shared-memory segments")
 
     def _stats_parts(self) -> dict:
         return {
@@ -168,6 +226,7 @@ class Server:
             if pp.name in self.preprocessors:
                 raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
             self.preprocessors[pp.name] = pp
+        await loop.run_in_executor(self.executor, wirecast.warmup)  # the serializer's dtype conversion
         self.servicer.set_models(self.preprocessors)
         if self.config.tune_malloc:  # the warmed-up heap is kept only by the tuned malloc
             try:
@@ -198,6 +257,8 @@ class Server:
         await self.health.enter_graceful_shutdown()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
         if self._server is not None:
             await self._server.stop(self.config.grace_s if grace is None else grace)
         if self.servicer is not None:
@@ -211,6 +272,8 @@ class Server:
         )
         if self.fetcher is not None:
             await self.fetcher.aclose()
+        if self.transport.arena is not None:
+            self.transport.arena.close()  # every segment still here goes, read or not
 
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.handle_ttl_s / 2))

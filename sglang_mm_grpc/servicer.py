@@ -16,13 +16,13 @@ import logging
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Mapping, Sequence
 
 import grpc
 
 from . import assemble as asm
-from . import tensors, wire
+from . import tensors
 from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -32,6 +32,7 @@ from .errors import Code, PreprocessError
 from .media.sources import describe as describe_source
 from .metrics import BUCKETS_MS, Metrics, RequestRecord, Snapshot
 from .store import HandleStore, TooLarge
+from .transport import Resolved, Transport
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,18 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MultimodalPreprocessor"].full_nam
 Fetch = Callable[[Sequence["str | bytes"], "float | None"], Awaitable[list[bytes]]]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Kept:
     """One kept intermediate: what Assemble needs to build any backend's payload."""
 
     model: str
     output: PreprocessOutput
     field_layout: object  # families.FieldLayout (batched, flat)
+    staged: object = None  # shm.Segment holding output.pixel_values (Preprocess asked for SHM)
+    segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
+
+    def all_segments(self) -> list:
+        return [s for s in (self.staged, *self.segments) if s is not None]
 
 
 class _Deadline:
@@ -75,10 +81,13 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         max_in_flight: int,
         metrics: Metrics | None = None,
         stats_parts: Callable[[], dict] | None = None,
+        transport: Transport | None = None,
     ):
         """``max_in_flight``: Preprocess/Assemble calls at once (past it: RESOURCE_EXHAUSTED).
-        ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store)."""
+        ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store).
+        ``transport``: payload dtype/SHM defaults, the shared-memory segments and the send limit."""
         self.store = store
+        self.transport = transport or Transport(None)
         self.executor = executor
         self.fetch = fetch
         self.models: dict[str, Preprocessor] | None = dict(models) if models is not None else None
@@ -109,6 +118,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
         return await self._run(context, RequestRecord("ListModels"), self._list_models)
 
+    async def GetServerInfo(self, request: pb.GetServerInfoRequest, context) -> pb.GetServerInfoResponse:
+        """Not counted or logged (a router asks it once per worker it discovers)."""
+        return self.transport.info()
+
     async def GetStats(self, request: pb.GetStatsRequest, context) -> pb.GetStatsResponse:
         """Not counted or logged itself (monitoring polls it)."""
         return stats_response(self.snapshot())
@@ -137,6 +150,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
         rec.images = len(request.images)
         input_ids = list(request.input_ids) if request.input_ids else None
+        resolved = self.transport.resolve(request.payload_options, backend)
         pp.check_request(len(request.images), input_ids)  # before any fetch
         sources = _sources(request)
         deadline.check("fetching")
@@ -145,7 +159,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
         rec.bytes = sum(len(b) for b in raw)
         deadline.check("preprocessing")
-        job = _Job(pp, raw, input_ids, request, backend, backend is None or request.keep_handle, rec)
+        job = _Job(pp, raw, input_ids, request, backend, backend is None or request.keep_handle, rec, resolved)
         tw = time.perf_counter()
         try:
             # preprocess, keep, assemble and serialize: one pool task, the event loop free
@@ -164,37 +178,68 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """The whole of a Preprocess after its fetch, in a pool thread. A call cancelled
         (or past its deadline) before the result is kept keeps nothing."""
         t0 = time.perf_counter()
-        out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel,
-                                   max_image_tokens=job.request.max_image_tokens or None)
-        resp = _response(job.request, out)
-        resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
-        resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
-        if cancel.is_set():
-            raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
-        if job.keep:
-            resp.handle = self._keep(Kept(job.model.name, out, job.model.field_layout))
+        stager = self.transport.stager(job.resolved)  # the kernels write pixel_values into SHM
+        kept = None
+        try:
+            out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel,
+                                       max_image_tokens=job.request.max_image_tokens or None, allocate=stager)
+            resp = _response(job.request, out)
+            resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
+            resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
+            if cancel.is_set():
+                raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
+            if job.keep:
+                kept = Kept(job.model.name, out, job.model.field_layout)
+                resp.handle = self._keep(kept)
+                kept.staged = stager.keep(resp.handle) if stager is not None else None
+        except BaseException:
+            if stager is not None:
+                stager.abandon("failed")
+            raise
         if job.backend is None:
             resp.timings.total_ms = (time.perf_counter() - job.rec.t0) * 1e3
             return _Done(out, resp, resp.handle, 0.0, (time.perf_counter() - t0) * 1e3)
         try:
-            wire_bytes, assemble_ms = _serialized_with_payload(
-                resp, out, job.model.field_layout, job.backend, job.rec.t0)
+            wire_bytes, assemble_ms = self._serialized_with_payload(
+                resp, out, job.model.field_layout, job.backend, job.rec.t0, job.resolved,
+                stager.segment if stager is not None else None, kept)
         except BaseException:
             self._drop_kept(resp.handle)
+            if stager is not None:
+                stager.abandon("failed")
             raise
+        if kept is None and stager is not None and stager.segment is not None:
+            self.transport.drop([stager.segment], "unused")  # handed out (its lease runs) or removed
         return _Done(out, wire_bytes, resp.handle, assemble_ms, (time.perf_counter() - t0) * 1e3)
 
+    def _serialized_with_payload(self, resp, out: PreprocessOutput, field_layout, backend, t0: float,
+                                 resolved: Resolved, staged, kept: "Kept | None") -> tuple[bytes, float]:
+        """(``resp`` with the payload for ``backend``, serialized; ms spent assembling)."""
+        ta = time.perf_counter()
+        assembled = asm.assemble(out, backend, field_layout, into=resp.payload, options=resolved.wire,
+                                 arena=self.transport.arena, staged=staged)
+        now = time.perf_counter()
+        assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
+        resp.timings.total_ms = (now - t0) * 1e3
+        data = self.transport.serialize(resp, assembled)
+        if kept is not None:
+            kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
+        return data, assemble_ms
+
     def _drop_kept(self, done: "_Done | str") -> None:
-        """Forget a result kept for a call that will not return it."""
+        """Forget a result kept for a call that will not return it (and its segments)."""
         handle = done.handle if isinstance(done, _Done) else done
         if handle:
-            self.store.pop(handle)
+            kept = self.store.pop(handle)
+            if kept is not None:
+                self.transport.drop(kept.all_segments(), "failed", unread_too=True)
 
     async def _assemble(self, request: pb.AssembleRequest, context, *, rec: RequestRecord, ticket: Ticket):
         if not request.backend:
-            raise PreprocessError(Code.INVALID_ARGUMENT, "backend is required (sglang, vllm or trtllm)")
+            raise PreprocessError(Code.INVALID_ARGUMENT, "backend is required (sglang, vllm, trtllm or tokenspeed)")
         backend = asm.parse_backend(request.backend)
         rec.backend = asm.BACKEND_NAMES[backend]
+        resolved = self.transport.resolve(request.payload_options, backend)
         kept = self.store.get(request.handle)
         if kept is None:
             why = self.store.why_missing(request.handle)
@@ -206,17 +251,31 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.model, rec.images = kept.model, len(kept.output.images)
         _Deadline(context).check("assembling")
         ta = time.perf_counter()
-        wire_bytes, assemble_ms = await self._in_pool(
-            _timed, wire.with_payload, pb.AssembleResponse(), kept.output, backend, kept.field_layout, ticket=ticket
-        )
+        wire_bytes, assemble_ms = await self._in_pool(_timed, self._assembled_response, kept, backend, resolved,
+                                                      ticket=ticket)
         rec.stages_ms["assemble"] = assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
         if request.release:
-            self.store.pop(request.handle)
+            # its unused staged segment goes; what this payload handed out lives until read or its lease
+            gone = self.store.pop(request.handle)
+            if gone is not None:
+                self.transport.drop(gone.all_segments(), "release")
         return wire_bytes
 
+    def _assembled_response(self, kept: Kept, backend: int, resolved: Resolved) -> bytes:
+        resp = pb.AssembleResponse()
+        assembled = asm.assemble(kept.output, backend, kept.field_layout, into=resp.payload, options=resolved.wire,
+                                 arena=self.transport.arena, staged=kept.staged)
+        data = self.transport.serialize(resp, assembled)
+        kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
+        return data
+
     async def _release(self, request: pb.ReleaseRequest, **_) -> pb.ReleaseResponse:
-        return pb.ReleaseResponse(released=self.store.pop(request.handle) is not None)
+        kept = self.store.pop(request.handle)
+        if kept is not None:
+            # the caller is done: its segments go, read or not (readers first, else here)
+            self.transport.drop(kept.all_segments(), "release", unread_too=True)
+        return pb.ReleaseResponse(released=kept is not None)
 
     async def _list_models(self, **_) -> pb.ListModelsResponse:
         models = self._ready()
@@ -375,6 +434,7 @@ class _Job:
     backend: int | None  # assemble this backend's payload in the same task
     keep: bool  # keep the result under a handle
     rec: RequestRecord
+    resolved: Resolved  # how the payload's tensors travel (and whether to stage them)
 
 
 @dataclass(frozen=True)
@@ -432,16 +492,6 @@ def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
     resp.timings.decode_ms = float(t.get("decode_ms", 0.0))
     resp.timings.process_ms = float(t.get("process_ms", 0.0))
     return resp
-
-
-def _serialized_with_payload(resp, out: PreprocessOutput, field_layout, backend, t0: float) -> tuple[bytes, float]:
-    """(``resp`` with the payload for ``backend``, serialized; ms spent assembling)."""
-    ta = time.perf_counter()
-    asm.assemble(out, backend, field_layout, into=resp.payload, pixel_bytes=False)
-    now = time.perf_counter()
-    assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
-    resp.timings.total_ms = (now - t0) * 1e3
-    return wire.serialize_payload(resp, out), assemble_ms
 
 
 def _model_info(info: dict) -> pb.ModelInfo:

@@ -4,7 +4,9 @@ Bounded in total bytes and in count, every entry expires ``ttl_s`` after its las
 and the least recently used entries go first when a new one needs room. Thread-safe
 (one lock; every operation is O(1) apart from eviction, which is amortised).
 A short memory of handles that left the store says why a lookup missed, so a caller
-is told "expired" or "evicted" instead of just "unknown".
+is told "expired" or "evicted" instead of just "unknown". ``on_drop(value, why)`` hears
+of every entry the store itself drops (expired or evicted; ``pop`` returns the value to
+its caller instead), after the lock is released.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class HandleStore(Generic[V]):
         *,
         clock: Callable[[], float] = time.monotonic,
         remember: int = 4096,
+        on_drop: Callable[[V, str], None] | None = None,
     ):
         if max_bytes <= 0 or max_items <= 0 or ttl_s <= 0:
             raise ValueError("max_bytes, max_items and ttl_s must be positive")
@@ -68,6 +71,8 @@ class HandleStore(Generic[V]):
         self._evicted = 0
         self._expired = 0
         self._peak = 0
+        self._on_drop = on_drop
+        self._dropped: list[tuple[V, str]] = []  # under the lock; reported after it
 
     def put(self, value: V, nbytes: int) -> str:
         """Keep ``value`` (accounted as ``nbytes``); returns its new handle."""
@@ -85,9 +90,11 @@ class HandleStore(Generic[V]):
                 self._bytes -= entry.nbytes
                 self._evicted += 1
                 self._forget(old, EVICTED)
+                self._dropped.append((entry.value, EVICTED))
             self._entries[handle] = _Entry(value, nbytes, now + self.ttl_s)
             self._bytes += nbytes
             self._peak = max(self._peak, self._bytes)
+        self._report()
         return handle
 
     def get(self, handle: str) -> V | None:
@@ -99,10 +106,13 @@ class HandleStore(Generic[V]):
                 return None
             if entry.expires <= now:
                 self._drop(handle, EXPIRED)
-                return None
-            entry.expires = now + self.ttl_s
-            self._entries.move_to_end(handle)
-            return entry.value
+                self._dropped.append((entry.value, EXPIRED))
+                entry = None
+            else:
+                entry.expires = now + self.ttl_s
+                self._entries.move_to_end(handle)
+        self._report()
+        return None if entry is None else entry.value
 
     def pop(self, handle: str) -> V | None:
         """Remove and return the value (None when unknown or gone)."""
@@ -112,7 +122,10 @@ class HandleStore(Generic[V]):
                 return None
             expired = entry.expires <= self._clock()
             self._drop(handle, EXPIRED if expired else RELEASED)
-            return None if expired else entry.value
+            if expired:
+                self._dropped.append((entry.value, EXPIRED))
+        self._report()
+        return None if expired else entry.value
 
     def why_missing(self, handle: str) -> str:
         """expired | evicted | released | unknown (for a handle that ``get`` missed)."""
@@ -122,7 +135,9 @@ class HandleStore(Generic[V]):
     def sweep(self) -> int:
         """Drop every expired entry now; returns how many went."""
         with self._lock:
-            return self._expire(self._clock())
+            n = self._expire(self._clock())
+        self._report()
+        return n
 
     def stats(self) -> StoreStats:
         with self._lock:
@@ -152,8 +167,19 @@ class HandleStore(Generic[V]):
             if entry.expires > now:
                 break
             self._drop(handle, EXPIRED)
+            self._dropped.append((entry.value, EXPIRED))
             n += 1
         return n
+
+    def _report(self) -> None:
+        """Tell ``on_drop`` of what left under the lock (outside it)."""
+        if not self._dropped:
+            return
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        if self._on_drop is not None:
+            for value, why in dropped:
+                self._on_drop(value, why)
 
     def _forget(self, handle: str, why: str) -> None:
         self._gone[handle] = why

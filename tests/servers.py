@@ -25,7 +25,7 @@ from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
-BACKENDS = ("sglang", "vllm", "trtllm")
+BACKENDS = ("sglang", "vllm", "trtllm", "tokenspeed")
 #: Options of the channels opened here: calls to 127.0.0.1 never go through a proxy.
 LOOPBACK = [("grpc.enable_http_proxy", 0)]
 
@@ -166,7 +166,7 @@ class Stub(Proc):
 
 
 def start_stubs(workdir: Path) -> dict[str, Stub]:
-    """All three, started together; all stopped again if one does not come up."""
+    """All four, started together; all stopped again if one does not come up."""
     stubs = {b: Stub(workdir, b, wait=False) for b in BACKENDS}
     try:
         for s in stubs.values():

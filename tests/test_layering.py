@@ -77,13 +77,21 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.assemble",
             "sglang_mm_grpc.tensors",
             "sglang_mm_grpc.wire",
+            # shm: where a payload's tensor bytes live when they do not travel in the message
+            "sglang_mm_grpc.shm",
             "sglang_mm_grpc._proto.*",
         ],
-        "may_import": ["base"],
-        "third_party": ["numpy", "google.protobuf"],
+        # kernels: the serializer converts float32 to the wire dtype while it copies (wirecast)
+        "may_import": ["base", "kernels"],
+        # smg_grpc_proto: the backends' messages are the gateway's own generated classes
+        "third_party": ["numpy", "google.protobuf", "smg_grpc_proto"],
     },
     "service": {  # the gRPC servicer, the handle store, admission
-        "modules": ["sglang_mm_grpc.servicer", "sglang_mm_grpc.store", "sglang_mm_grpc.admission"],
+        "modules": [
+            "sglang_mm_grpc.servicer", "sglang_mm_grpc.store", "sglang_mm_grpc.admission",
+            # transport: a call's payload options against the server's defaults, staging, kept segments
+            "sglang_mm_grpc.transport",
+        ],
         "may_import": ["wire", "driver", "base"],
         # servicer names each image's source in logs and errors with media.sources.describe.
         "may_import_modules": ["sglang_mm_grpc.media.sources"],

@@ -238,6 +238,8 @@ class Llama4(Family[Tiles]):
     def __init__(self, config: Llama4Config):
         self.config = config
         self.image_token_id = config.patch_token_id
+        # vLLM mllama4.py: pixel_values flat by patches_per_image, patches_per_image and
+        # aspect_ratios batched, nothing kept on the CPU
         self.field_layout = FieldLayout(
             batched=("aspect_ratios", "patches_per_image"), flat={"pixel_values": "patches_per_image"})
         self._mode = resample_tv.PIL_FILTER_MODES[config.resample]

@@ -82,6 +82,7 @@ class Llava(Family[None]):
         if config.pad_to_square:
             self.reference_processor = "LlavaImageProcessorPil"
         self.image_token_id = config.image_token_id
+        # vLLM llava.py LlavaMultiModalProcessor: pixel_values batched, nothing kept on the CPU
         self.field_layout = FieldLayout(batched=("pixel_values",))
         c = config.image
         self._lut = c.lut(normalize.pil_backend_lut)

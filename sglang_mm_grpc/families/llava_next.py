@@ -136,6 +136,9 @@ class LlavaNext(Family[tuple[int, int]]):
     def __init__(self, config: LlavaNextConfig):
         self.config = config
         self.image_token_id = config.image_token_id
+        # vLLM llava_next.py: pixel_values and image_sizes batched, nothing kept on the CPU;
+        # its model drops the padded tiles itself ("Image patches might be padded for batch
+        # processing" in _merge_image_patch_embeddings)
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
         self._lut = config.image.lut(normalize.pil_backend_lut)
 

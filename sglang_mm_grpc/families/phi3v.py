@@ -117,6 +117,7 @@ class Phi3V(Family[HDGeometry]):
     def __init__(self, config: Phi3VConfig):
         self.config = config
         self.image_token_id = config.image_token_id
+        # vLLM phi3v.py: pixel_values and image_sizes batched, nothing kept on the CPU
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes", "num_img_tokens"))
         self._lut = totensor.totensor_normalize_lut(config.image_mean, config.image_std)
 

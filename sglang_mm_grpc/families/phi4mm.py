@@ -150,6 +150,8 @@ class Phi4Config(Normalization):
     image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
     image_token_id: int = IMAGE_TOKEN_ID
+    #: vLLM's forward kwarg for the pixel tensor, by the checkpoint's architecture.
+    vllm_pixel_kwarg: str = "input_image_embeds"
 
     @property
     def mask_size(self) -> int:
@@ -174,6 +176,8 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         dynamic_hd=hf_keys.as_int(g(preprocessor, "dynamic_hd", default=d.dynamic_hd), "dynamic_hd"),
         **hf_keys.normalization(preprocessor, d.image_mean, d.image_std, d.rescale_factor),
         image_token_id=hf_keys.as_int(token, "image_token_id"),
+        vllm_pixel_kwarg="image_pixel_values" if "Phi4MultimodalForCausalLM" in (config.get("architectures") or ())
+        else d.vllm_pixel_kwarg,
     )
 
 
@@ -193,8 +197,14 @@ class Phi4Multimodal(Family[Crops]):
     def __init__(self, config: Phi4Config):
         self.config = config
         self.image_token_id = config.image_token_id
+        # vLLM phi4mm.py (Phi4MMForCausalLM, the architecture of the published checkpoint):
+        # input_image_embeds, image_attention_mask, image_sizes, num_img_tokens batched,
+        # nothing kept on the CPU; the pixel tensor is its kwarg input_image_embeds. A
+        # checkpoint in the transformers format (Phi4MultimodalForCausalLM, vLLM
+        # phi4_multimodal.py) reads image_pixel_values.
         self.field_layout = FieldLayout(
-            batched=("pixel_values", "image_sizes", "image_attention_mask", "num_img_tokens"))
+            batched=("pixel_values", "image_sizes", "image_attention_mask", "num_img_tokens"),
+            encoder_input_key=config.vllm_pixel_kwarg)
         self._lut = config.lut(normalize.torchvision_backend_lut)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Crops]:

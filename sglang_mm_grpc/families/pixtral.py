@@ -138,7 +138,11 @@ class Pixtral(Family[Grid]):
     def __init__(self, config: PixtralConfig):
         self.config = config
         self.image_token_id = config.image_token_id
-        self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
+        # vLLM llava.py PixtralHFMultiModalProcessor and mistral3.py crop each image's
+        # pixel_values to its image_sizes in _call_hf_processor ("Avoid padding since we
+        # need the output for each image to be independent") and batch pixel_values only;
+        # the gRPC servicer skips that processor, so padded images cannot go to vLLM.
+        self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"), unpadded_by="image_sizes")
         self._lut = config.lut(normalize.pil_backend_lut)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:

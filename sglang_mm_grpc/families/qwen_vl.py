@@ -121,8 +121,11 @@ class QwenVL(Family[Grid]):
         if self.torchvision:
             self.reference_processor = "Qwen2VLImageProcessor"
         self.image_token_id = config.image_token_id
+        # vLLM qwen2_vl.py _create_qwen2vl_field_factory (also used by qwen2_5_vl.py and
+        # qwen3_vl.py): image_grid_thw=MultiModalFieldConfig.batched("image", keep_on_cpu=True)
         self.field_layout = FieldLayout(
-            batched=("image_grid_thw", "patches_per_image"), flat={"pixel_values": "patches_per_image"}
+            batched=("image_grid_thw", "patches_per_image"), flat={"pixel_values": "patches_per_image"},
+            keep_on_cpu=("image_grid_thw",),
         )
         self.factor = config.patch_size * config.merge_size
         self.row_width = 3 * config.temporal_patch_size * config.patch_size**2

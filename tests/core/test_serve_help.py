@@ -94,9 +94,22 @@ def test_in_flight_rule_is_admissions(helps):
     assert all(default_max_in_flight(w) == max(floor, per_worker * w) for w in range(1, 1000))
 
 
+def test_shm_defaults(helps):
+    from sglang_mm_grpc.shm import DEFAULT_BUDGET_CAP, DEFAULT_MIN_BYTES
+    from sglang_mm_grpc.transport import default_min_bytes, default_transport
+
+    assert shown_default(helps["--tensor-transport"]) == f"$SMG_MM_TENSOR_TRANSPORT, else {default_transport(env={})}"
+    env, _, fallback = shown_default(helps["--shm-min-bytes"]).partition(", else ")
+    assert env == "$SMG_MM_SHM_MIN_BYTES" and byte_size(fallback) == DEFAULT_MIN_BYTES == default_min_bytes(env={})
+    assert shown_default(helps["--shm-budget"]) == f"a quarter of /dev/shm, at most {size_text(DEFAULT_BUDGET_CAP)}"
+    assert float(shown_default(helps["--shm-lease"])) == field_default(ServerConfig, "shm_lease_s")
+    assert int(shown_default(helps["--shm-mode"]), 8) == field_default(ServerConfig, "shm_mode")
+
+
 def test_every_stated_default_was_checked(helps):
     """A new option with a number in its default joins the lists above."""
     checked = {f for f, _, _ in SIZES + NUMBERS} | {"--host", "--max-image-pixels", "--fetch-timeout", "--max-in-flight"}
+    checked |= {"--shm-min-bytes", "--shm-budget", "--shm-lease", "--shm-mode"}  # test_shm_defaults
     stated = {flag for flag, text in helps.items() if text and re.search(r"\(default:? [^;)]*\d", text)}
     assert stated <= checked, sorted(stated - checked)
 

@@ -7,10 +7,15 @@ bounds, TTL and eviction), or one-shot then the payload forwarded to that backen
 stub (what a router does). Models, image sizes and counts, and backends are mixed; a
 pool of distinct images larger than the cache makes both cache hits and evictions.
 
+With ``shm``, a third of the flows to vLLM and TokenSpeed ask for their tensors in
+shared memory (any size): the forwarded ones are read (and removed) by the stub, the
+others never are, which the server's lease must clean up.
+
 A sampler reads the server's RSS (/proc) and GetStats every ``sample_every`` seconds,
 so the report can show the RSS curve and that the store and cache stayed in bounds.
 Errors are split into service errors (from our server; none are expected) and
-backend errors (from a stub, e.g. one killed on purpose).
+backend errors (from a stub, e.g. one killed on purpose); a documented refusal (vLLM
+given Pixtral images of different sizes: FAILED_PRECONDITION) is counted apart.
 """
 
 from __future__ import annotations
@@ -26,16 +31,20 @@ import grpc
 
 from procs import BACKENDS, CHANNEL_OPTIONS, MiB, Server  # first: it puts tests/ on sys.path
 import imagegen  # noqa: I001
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sg
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2_grpc as sg_grpc
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as sg  # noqa: I001
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sg_grpc
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2 as ts
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2_grpc as ts_grpc
+from smg_grpc_proto.generated import trtllm_service_pb2 as tr
+from smg_grpc_proto.generated import trtllm_service_pb2_grpc as tr_grpc
+from smg_grpc_proto.generated import vllm_engine_pb2 as vl
+from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vl_grpc
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as tr
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2_grpc as tr_grpc
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vl
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2_grpc as vl_grpc
 
-BACKEND_ENUM = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM}
+BACKEND_ENUM = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM,
+                "tokenspeed": pb.BACKEND_TOKENSPEED}
+SHM = pb.PayloadOptions(transport=pb.TENSOR_TRANSPORT_SHM, shm_min_bytes=0)
 # (height, width, format): thumbnails to 800x600 photos.
 SIZES = [(64, 64, "png"), (224, 224, "jpeg"), (240, 320, "jpeg"), (375, 500, "png"), (480, 640, "jpeg"), (600, 800, "jpeg")]
 FLOWS = (("oneshot", 0.45), ("twophase", 0.35), ("leak", 0.10), ("forward", 0.10))
@@ -67,6 +76,8 @@ class Results:
     latencies: dict[str, list[float]] = field(default_factory=lambda: {f: [] for f, _ in FLOWS})
     service_errors: Counter = field(default_factory=Counter)  # (rpc, code) -> n
     backend_errors: Counter = field(default_factory=Counter)  # (backend, code) -> n
+    refused: Counter = field(default_factory=Counter)  # (rpc, code) -> n, documented refusals
+    shm_flows: int = 0
     error_examples: list[str] = field(default_factory=list)
     flows: Counter = field(default_factory=Counter)
     backends: Counter = field(default_factory=Counter)
@@ -106,12 +117,14 @@ class Load:
         timeout: float = 60.0,
         seed: int = 1,
         flows=FLOWS,
+        shm: bool = False,
     ):
         self.server, self.models, self.clients = server, models, clients
         self.duration_s, self.timeout, self.seed = duration_s, timeout, seed
         self.images = images if images is not None else corpus(120)
         self.stubs = stubs or {}
         self.sample_every = sample_every
+        self.shm = shm
         self.flows = [f for f in flows if f[0] != "forward" or self.stubs]
         self.results = Results(clients=clients)
         self._infos: dict[str, pb.ModelInfo] = {}
@@ -175,7 +188,8 @@ class Load:
             k = 1 if rng.random() < 0.7 else 2
             images = [rng.choice(self.images) for _ in range(k)]
             t = time.monotonic()
-            if await self._flow(stub, flow, model, backend, images, f"c{index}-{n}"):
+            shm = self.shm and backend in ("vllm", "tokenspeed") and rng.random() < 1 / 3
+            if await self._flow(stub, flow, model, backend, images, f"c{index}-{n}", shm):
                 self.results.latencies[flow].append(time.monotonic() - t)
                 self.results.flows[flow] += 1
                 self.results.backends[backend] += 1
@@ -183,13 +197,16 @@ class Load:
                 self.results.images += k
             n += 1
 
-    async def _flow(self, stub, flow: str, model: str, backend: str, images: list[bytes], rid: str) -> bool:
+    async def _flow(self, stub, flow: str, model: str, backend: str, images: list[bytes], rid: str,
+                    shm: bool = False) -> bool:
         req = pb.PreprocessRequest(
             request_id=rid,
             model=model,
             input_ids=prompt(self._infos[model], len(images)),
             images=[pb.MediaItem(data=b) for b in images],
+            payload_options=SHM if shm else None,
         )
+        self.results.shm_flows += shm
         if flow in ("oneshot", "forward"):
             req.backend = BACKEND_ENUM[backend]
         resp = await self._call("Preprocess", stub.Preprocess, req)
@@ -197,7 +214,8 @@ class Load:
             return False
         payload = resp.payload
         if flow in ("twophase", "leak"):
-            areq = pb.AssembleRequest(handle=resp.handle, backend=BACKEND_ENUM[backend], release=flow == "twophase")
+            areq = pb.AssembleRequest(handle=resp.handle, backend=BACKEND_ENUM[backend], release=flow == "twophase",
+                                      payload_options=SHM if shm else None)
             aresp = await self._call("Assemble", stub.Assemble, areq)
             if aresp is None:
                 return False
@@ -211,6 +229,9 @@ class Load:
         try:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION and "vLLM cannot take these images" in (e.details() or ""):
+                self.results.refused[(name, e.code().name)] += 1
+                return None
             self._error(self.results.service_errors, name, e)
             return None
 
@@ -229,6 +250,12 @@ class Load:
                     sampling_params=vl.SamplingParams(max_tokens=1),
                 )
                 call = vl_grpc.VllmEngineStub(ch).Generate(req, timeout=self.timeout)
+            elif backend == "tokenspeed":
+                req = ts.GenerateRequest(
+                    request_id=rid, tokenized=ts.TokenizedInput(input_ids=payload.input_ids), mm_inputs=payload.tokenspeed,
+                    sampling_params=ts.SamplingParams(max_new_tokens=1),
+                )
+                call = ts_grpc.TokenSpeedSchedulerStub(ch).Generate(req, timeout=self.timeout)
             else:
                 req = tr.GenerateRequest(
                     request_id=rid, tokenized=tr.TokenizedInput(input_token_ids=payload.input_ids), max_tokens=1,
@@ -296,6 +323,8 @@ def report(r: Results, every_s: float = 5.0) -> str:
             lines.append(f"  {flow:9s} n={len(xs):6d}  p50 {ms(percentile(xs, 0.5))}  p99 {ms(percentile(xs, 0.99))}")
     lines.append(f"service errors: {sum(r.service_errors.values())} {dict(r.service_errors)}")
     lines.append(f"backend errors: {sum(r.backend_errors.values())} {dict(r.backend_errors)}")
+    lines.append(f"documented refusals (vLLM + Pixtral images of different sizes): {dict(r.refused)}; "
+                 f"flows asking for shared memory: {r.shm_flows}")
     for ex in r.error_examples[:5]:
         lines.append(f"  e.g. {ex}")
     b = bounds(r.samples)

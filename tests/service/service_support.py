@@ -2,8 +2,10 @@
 each stub should report.
 
 The expected reports are computed here from an in-process ``Preprocessor`` output, with
-their own hashing, so a stub report equal to them means the bytes that crossed the wire
-(server -> router -> backend) decode to exactly the in-process result.
+their own hashing and their own dtype references (numpy's float16 conversion; the bf16
+module checked against torch), so a stub report equal to them means the bytes that
+crossed the wire (server -> router -> backend, inline or through /dev/shm) decode to
+exactly the in-process result, or its round-to-nearest-even.
 """
 
 from __future__ import annotations
@@ -12,16 +14,20 @@ import hashlib
 import io
 import json
 
+import blake3
 import grpc
 import numpy as np
 from PIL import Image
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as sg
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sg_grpc
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2 as ts
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2_grpc as ts_grpc
+from smg_grpc_proto.generated import trtllm_service_pb2 as tr
+from smg_grpc_proto.generated import trtllm_service_pb2_grpc as tr_grpc
+from smg_grpc_proto.generated import vllm_engine_pb2 as vl
+from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vl_grpc
 
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sg
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2_grpc as sg_grpc
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as tr
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2_grpc as tr_grpc
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vl
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2_grpc as vl_grpc
+from sglang_mm_grpc.kernels import bf16
 
 REPORT_KEY = "x-stub-decoded"
 
@@ -32,6 +38,7 @@ PIXTRAL = "mistral-community/pixtral-12b"
 NAMED = "qwen25-local"
 NAMED_PRESET = "Qwen/Qwen2.5-VL-7B-Instruct"
 MAX_RECEIVE = 4 << 20  # small on purpose: the oversized-request test exceeds it
+BACKENDS = ("sglang", "vllm", "trtllm", "tokenspeed")
 
 
 def prompt(pp, n_images: int) -> list[int]:
@@ -51,17 +58,44 @@ def sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def desc(arr: np.ndarray, dtype=None) -> dict:
+def wire_array(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """A float tensor as the wire carries it in ``dtype``: float32, float16 (numpy's
+    nearest-even conversion) or bfloat16 (its uint16 bit patterns, nearest-even)."""
+    a = np.asarray(arr, dtype=np.float32)
+    if dtype == "float32":
+        return a
+    if dtype == "float16":
+        return a.astype(np.float16)
+    if dtype == "bfloat16":
+        return bf16.to_bf16_bits(a).reshape(a.shape)
+    raise ValueError(dtype)
+
+
+def desc(arr: np.ndarray, dtype: str | None = None) -> dict:
+    """shape, wire dtype name and sha256 of the little-endian C-order element bytes. A
+    float array with ``dtype`` given is converted to it as the wire does."""
     a = np.asarray(arr)
-    if dtype is not None:
-        a = a.astype(dtype)
+    if dtype in ("float32", "float16", "bfloat16") and a.dtype.kind == "f":
+        a = wire_array(a, dtype)
+    elif dtype is not None:
+        a = a.astype({"int64": np.int64, "uint32": np.uint32, "uint8": np.uint8}[dtype])
     a = np.asarray(a, order="C")  # keeps 0-d items 0-d
-    return {"shape": list(a.shape), "dtype": str(a.dtype), "sha256": sha256(a.astype(a.dtype.newbyteorder("<")).tobytes())}
+    name = dtype or str(a.dtype)
+    return {"shape": list(a.shape), "dtype": name, "sha256": sha256(a.astype(a.dtype.newbyteorder("<")).tobytes())}
 
 
 def ids_digest(ids) -> dict:
     ids = list(np.asarray(ids).reshape(-1).tolist())
     return {"count": len(ids), "sha256": sha256(np.asarray(ids, dtype="<u4").tobytes())}
+
+
+def side_dtype(arr: np.ndarray, backend: str) -> str:
+    """The wire dtype of a model-specific tensor: float32 / int64 (SGLang), + uint32 (the others)."""
+    if arr.dtype.kind == "f":
+        return "float32"
+    if arr.dtype == np.uint32 and backend != "sglang":
+        return "uint32"
+    return "int64"
 
 
 # -- the router side ----------------------------------------------------------------------
@@ -93,6 +127,14 @@ def generate(backend: str, target: str, payload, request_id: str = "r") -> tuple
                 stream=False,
             )
             call = vl_grpc.VllmEngineStub(ch).Generate(req, timeout=30)
+        elif backend == "tokenspeed":
+            req = ts.GenerateRequest(
+                request_id=request_id,
+                tokenized=ts.TokenizedInput(input_ids=payload.input_ids),
+                sampling_params=ts.SamplingParams(temperature=0.0, max_new_tokens=8),
+                mm_inputs=payload.tokenspeed,
+            )
+            call = ts_grpc.TokenSpeedSchedulerStub(ch).Generate(req, timeout=30)
         else:
             req = tr.GenerateRequest(
                 request_id=request_id,
@@ -110,7 +152,7 @@ def generate(backend: str, target: str, payload, request_id: str = "r") -> tuple
 
 
 def expected_sglang(out, raws: list[bytes], request_id: str) -> dict:
-    offsets = [[o, o + n - 1] for im in out.images for o, n in im.patch_ranges]
+    offsets = [[o, o + n - 1] for im in out.images for o, n in (im.patch_ranges or (im.structural_range,))]
     return {
         "backend": "sglang",
         "request_id": request_id,
@@ -118,14 +160,13 @@ def expected_sglang(out, raws: list[bytes], request_id: str) -> dict:
         "items": [
             {
                 "modality": "image",
-                "feature": desc(out.pixel_values, np.float32),
-                "model_specific_data": {
-                    k: desc(v, np.float32 if v.dtype.kind == "f" else np.int64) for k, v in sorted(out.tensors.items())
-                },
+                "feature": desc(out.pixel_values, "float32"),
+                "model_specific_data": {k: desc(v, side_dtype(v, "sglang")) for k, v in sorted(out.tensors.items())},
                 "offsets": offsets,
                 "offset_tokens_not_im_token": 0,
             }
         ],
+        "older_servicer_misreads": [],
         "im_token_id": out.image_token_id,
         "image_data_sha256": [sha256(b) for b in raws],
         "modalities": ["image"],
@@ -133,19 +174,26 @@ def expected_sglang(out, raws: list[bytes], request_id: str) -> dict:
     }
 
 
-def expected_vllm(out, field_layout, raw_blake3: list[str], request_id: str) -> dict:
+def expected_vllm(out, field_layout, raw_blake3: list[str], request_id: str, dtype: str = "float32") -> dict:
+    """The vLLM stub's report, minus ``transport`` (inline or shm: the tests say which)."""
+    key = field_layout.encoder_input_key
+
+    def name(k: str) -> str:
+        return key if k == "pixel_values" else k
+
     arrays = {"pixel_values": out.pixel_values, **out.tensors}
+    dtypes = {"pixel_values": dtype, **{k: side_dtype(v, "vllm") for k, v in out.tensors.items()}}
     n = len(out.images)
     per_item: dict[str, list[np.ndarray]] = {}
-    for key, arr in arrays.items():
-        if key in field_layout.batched:
-            per_item[key] = [arr[i] for i in range(n)]
-        elif key in field_layout.flat:
-            sizes = np.asarray(out.tensors[field_layout.flat[key]]).reshape(-1)
+    for k, arr in arrays.items():
+        if k in field_layout.batched:
+            per_item[k] = [arr[i] for i in range(n)]
+        elif k in field_layout.flat:
+            sizes = np.asarray(out.tensors[field_layout.flat[k]]).reshape(-1)
             bounds = np.concatenate(([0], np.cumsum(sizes)))
-            per_item[key] = [arr[bounds[i] : bounds[i + 1]] for i in range(n)]
+            per_item[k] = [arr[bounds[i] : bounds[i + 1]] for i in range(n)]
         else:
-            per_item[key] = [arr] * n
+            per_item[k] = [arr] * n
     items = []
     for i, im in enumerate(out.images):
         offset, length = im.structural_range
@@ -160,23 +208,58 @@ def expected_vllm(out, field_layout, raw_blake3: list[str], request_id: str) -> 
                 "placeholder": [offset, length],
                 "embed_count": patch_tokens,
                 "is_embed": is_embed,
-                "fields": {
-                    k: desc(v[i], np.float32 if v[i].dtype.kind == "f" else None) for k, v in sorted(per_item.items())
-                },
+                "fields": {name(k): desc(v[i], dtypes[k]) for k, v in sorted(per_item.items(), key=lambda kv: name(kv[0]))},
             }
         )
+    present = set(arrays)
     return {
         "backend": "vllm",
         "request_id": request_id,
         "input_ids": ids_digest(out.input_ids),
         "items": items,
+        "modality": "image",
         "im_token_id": out.image_token_id,
         "layout": {
-            "batched": sorted(k for k in field_layout.batched if k in arrays),
-            "flat": {k: v for k, v in sorted(field_layout.flat.items()) if k in arrays},
-            "shared": sorted(k for k in arrays if k not in field_layout.batched and k not in field_layout.flat),
+            "batched": sorted(name(k) for k in field_layout.batched if k in present),
+            "flat": {name(k): name(v) for k, v in sorted(field_layout.flat.items()) if k in present},
+            "shared": sorted(name(k) for k in present if k not in field_layout.batched and k not in field_layout.flat),
+            "keep_on_cpu": sorted(name(k) for k in field_layout.keep_on_cpu if k in present),
         },
     }
+
+
+def item_rows(out, field_layout, k: str, arr: np.ndarray, i: int) -> np.ndarray:
+    """Item ``i``'s part of a tensor as TokenSpeed gets it (batched: arr[i:i+1])."""
+    if k in field_layout.batched:
+        return arr[i : i + 1]
+    if k in field_layout.flat:
+        sizes = np.asarray(out.tensors[field_layout.flat[k]]).reshape(-1)
+        start = int(sizes[:i].sum())
+        return arr[start : start + int(sizes[i])]
+    return arr
+
+
+def expected_tokenspeed(out, field_layout, raw_blake3: list[str], request_id: str, dtype: str = "bfloat16",
+                        via: str = "decoded") -> dict:
+    """The TokenSpeed stub's report, minus each item's ``transport``. ``via``: how the
+    encoder input reached the model ("shm handle" for a bf16 SHM tensor)."""
+    items = []
+    for i, im in enumerate(out.images):
+        ranges = im.patch_ranges or (im.structural_range,)
+        h = blake3.blake3(raw_blake3[i].encode()).digest()  # blake3 of the image's hex blake3
+        items.append({
+            "modality": "image",
+            "content_hash": h.hex(),
+            "hash": int.from_bytes(h[:8], "little"),
+            "encoder_input": desc(item_rows(out, field_layout, "pixel_values", out.pixel_values, i), dtype),
+            "encoder_input_via": via,
+            "model_specific": {k: desc(item_rows(out, field_layout, k, v, i), side_dtype(v, "tokenspeed"))
+                               for k, v in sorted(out.tensors.items())},
+            "offsets": [[o, o + n - 1] for o, n in ranges],
+            "placeholder_token_id": out.image_token_id,
+            "offset_tokens_not_placeholder": 0,
+        })
+    return {"backend": "tokenspeed", "request_id": request_id, "input_ids": ids_digest(out.input_ids), "items": items}
 
 
 def expected_trtllm(original_ids, raws: list[bytes], request_id: str) -> dict:
@@ -189,3 +272,11 @@ def expected_trtllm(original_ids, raws: list[bytes], request_id: str) -> dict:
             im = im.convert("RGB")
         images.append({"sha256": sha256(b), "size": list(im.size), "mode": im.mode, "format": fmt})
     return {"backend": "trtllm", "request_id": request_id, "input_ids": ids_digest(original_ids), "images": images}
+
+
+def without(report: dict, *keys: str) -> dict:
+    """``report`` without top-level ``keys`` and without each item's ``transport``."""
+    r = {k: v for k, v in report.items() if k not in keys}
+    if "items" in r:
+        r["items"] = [{k: v for k, v in it.items() if k != "transport"} for it in r["items"]]
+    return r

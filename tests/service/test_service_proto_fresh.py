@@ -67,7 +67,15 @@ def test_same_code(fresh):
 
 
 def test_no_top_level_imports_of_proto_packages():
-    """Never import (or make installable) top-level sglang / vllm / trtllm modules."""
-    bad = re.compile(r"^\s*(from|import) (sglang_mm|sglang|vllm|trtllm)[. ]", re.MULTILINE)
+    """Never import (or make installable) top-level sglang / vllm / trtllm modules, nor the
+    upstream generated modules by their bare names (they come from smg_grpc_proto)."""
+    bad = re.compile(r"^\s*(from|import) (sglang_mm|sglang|vllm|trtllm|tokenspeed)[. ]", re.MULTILINE)
+    bare = re.compile(r"^\s*import \w+_pb2\b", re.MULTILINE)
     for name, text in files(COMMITTED).items():
-        assert not bad.search(text), name
+        assert not bad.search(text) and not bare.search(text), name
+
+
+def test_only_this_services_proto_is_generated_here():
+    """The backends' messages are smg-grpc-proto's: proto/ holds sglang_mm/v1 only."""
+    assert sorted(gen_proto().proto_files()) == ["sglang_mm/v1/preprocessor.proto"]
+    assert sorted(p for p in files(COMMITTED) if p.endswith("_pb2.py")) == ["sglang_mm/v1/preprocessor_pb2.py"]

@@ -54,6 +54,35 @@ def served_pool(channel, symbol: str) -> descriptor_pool.DescriptorPool:
     return pool
 
 
+def files_of(pool, file) -> set[str]:
+    """``file`` and everything it imports, by name."""
+    out, todo = set(), [file]
+    while todo:
+        f = todo.pop()
+        if f.name not in out:
+            out.add(f.name)
+            todo.extend(f.dependencies)
+    return out
+
+
+def every_type_resolves(pool, service) -> int:
+    """Walk every message and enum reachable from the service's methods through the pool
+    (what grpcurl describe does); returns how many message types there are."""
+    seen, todo = set(), [t for m in service.methods for t in (m.input_type, m.output_type)]
+    while todo:
+        desc = todo.pop()
+        if desc.full_name in seen:
+            continue
+        seen.add(desc.full_name)
+        assert pool.FindMessageTypeByName(desc.full_name) is desc
+        for f in desc.fields:
+            if f.message_type is not None:
+                todo.append(f.message_type)
+            if f.enum_type is not None:
+                assert pool.FindEnumTypeByName(f.enum_type.full_name) is f.enum_type
+    return len(seen)
+
+
 def call(channel, pool, method: str, request_json: dict):
     svc = pool.FindServiceByName(SERVICE)
     m = svc.methods_by_name[method]
@@ -81,13 +110,21 @@ def test_list_describe_call(server):
             "Release": ("sglang_mm.v1.ReleaseRequest", "sglang_mm.v1.ReleaseResponse"),
             "ListModels": ("sglang_mm.v1.ListModelsRequest", "sglang_mm.v1.ListModelsResponse"),
             "GetStats": ("sglang_mm.v1.GetStatsRequest", "sglang_mm.v1.GetStatsResponse"),
+            "GetServerInfo": ("sglang_mm.v1.GetServerInfoRequest", "sglang_mm.v1.GetServerInfoResponse"),
         }
         payload = pool.FindMessageTypeByName("sglang_mm.v1.BackendPayload")
         assert {f.name: f.message_type.full_name for f in payload.oneofs_by_name["mm_inputs"].fields} == {
             "sglang": "sglang.grpc.scheduler.MultimodalInputs",
             "vllm": "vllm.grpc.engine.MultimodalInputs",
             "trtllm": "trtllm.MultimodalInput",
+            "tokenspeed": "tokenspeed.grpc.scheduler.MultimodalInputs",
         }
+        # the upstream files come with it, under their upstream names, and every type resolves
+        assert {"vllm_engine.proto", "sglang_scheduler.proto", "trtllm_service.proto", "tokenspeed_scheduler.proto",
+                "common.proto"} <= set(files_of(pool, payload.file))
+        assert every_type_resolves(pool, svc) > 40
+        shm = pool.FindMessageTypeByName("vllm.grpc.engine.TensorData").fields_by_name["shm"]
+        assert shm.message_type.full_name == "smg.grpc.common.ShmHandle"
 
         # grpcurl -d '{...}' ... ListModels / Preprocess with a data URL
         models = call(ch, pool, "ListModels", {})["models"]
@@ -111,3 +148,7 @@ def test_list_describe_call(server):
         sg = call(ch, pool, "Assemble", {"handle": handle, "backend": "BACKEND_SGLANG", "release": True})
         assert sg["payload"]["sglang"]["modalities"] == ["image"]
         assert call(ch, pool, "Release", {"handle": handle}) == {}  # released: false is the default
+
+        # the server's shared-memory identity, as a worker's GetServerInfo states its own
+        info = call(ch, pool, "GetServerInfo", {})
+        assert info["shm_namespace_id"].count(":") == 1 and info["default_transport"] == "TENSOR_TRANSPORT_INLINE"

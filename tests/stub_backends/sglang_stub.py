@@ -1,7 +1,10 @@
-"""SGLang scheduler stub: decodes Generate as SGLang's gRPC servicer does.
+"""SGLang scheduler stub: decodes Generate as SGLang's gRPC servicer does
+(smg_grpc_servicer/sglang/servicer.py ``_convert_generate_request`` / ``_parse_mm_inputs``).
 
-* tensors: ``np.frombuffer`` with "float32" or "int64"; ANY other dtype string is read
-  as float32 (silently), then reshaped to ``shape`` (a size mismatch fails);
+* ``mm_inputs`` is parsed only when ``pixel_values`` is set; the tensors are
+  ``tensor_from_parts(data, shape, dtype)``: the servicer's dtype table, refusing any
+  other name and a byte length that does not match (servicers before 0.14 read every
+  dtype but float32 / int64 as float32: reported as ``older_servicer_misreads``);
 * one image item built from the whole ``pixel_values`` plus every model-specific tensor;
 * offsets are inclusive ``(offset, offset + length - 1)`` per placeholder range;
 * ``image_data``, the url lists and ``modalities`` are ignored by SGLang (reported only).
@@ -9,22 +12,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as pb
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as pb_grpc
 
 try:
     from . import _common as c
 except ImportError:  # run as a script
     import _common as c
 
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as pb
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2_grpc as pb_grpc
 
-_DTYPES = {"float32": np.dtype("<f4"), "int64": np.dtype("<i8")}
-
-
-def decode_tensor(td) -> np.ndarray:
-    dt = _DTYPES.get(td.dtype, np.dtype("<f4"))
-    return np.frombuffer(td.data, dtype=dt).reshape(list(td.shape))
+def decode_tensor(td):
+    return c.tensor_from_parts(td.data, td.shape, td.dtype)
 
 
 def decode(req: pb.GenerateRequest) -> dict:
@@ -45,8 +43,9 @@ def decode(req: pb.GenerateRequest) -> dict:
     report["items"].append(
         {
             "modality": "image",
-            "feature": c.describe(feature),
-            "model_specific_data": {k: c.describe(v) for k, v in sorted(specific.items())},
+            "feature": c.describe(feature, mm.pixel_values.dtype),
+            "model_specific_data": {
+                k: c.describe(v, mm.model_specific_tensors[k].dtype) for k, v in sorted(specific.items())},
             "offsets": offsets,
             # What SGLang pads with im_token_id: how many tokens in the ranges are not it.
             "offset_tokens_not_im_token": None
@@ -54,6 +53,8 @@ def decode(req: pb.GenerateRequest) -> dict:
             else sum(int(ids[i] != im_token_id) for s, e in offsets for i in range(s, e + 1)),
         }
     )
+    dtypes = [mm.pixel_values.dtype, *(td.dtype for td in mm.model_specific_tensors.values())]
+    report["older_servicer_misreads"] = sorted({d for d in dtypes if d not in ("float32", "int64")})
     report["im_token_id"] = im_token_id
     report["image_data_sha256"] = [c.sha256(b) for b in mm.image_data]
     report["modalities"] = list(mm.modalities)

@@ -1,8 +1,11 @@
-"""TensorRT-LLM stub: decodes Generate as TensorRT-LLM's gRPC servicer does.
+"""TensorRT-LLM stub: decodes Generate as TensorRT-LLM's SMG servicer does
+(tensorrt_llm/grpc/smg/servicer.py: each ``multimodal_input.image_data`` entry opened with
+PIL, RGBA converted to RGB; one that PIL cannot open is an error).
 
-Each ``multimodal_input.image_data`` entry is opened with PIL (RGBA converted to RGB);
-one that PIL cannot open is an error. The token ids are taken as they come (TensorRT-LLM
-runs its own processor, which expands the placeholders).
+The token ids are taken as they come: with images, TensorRT-LLM decodes them back to
+text and runs its own processor on it (llmapi/llm.py ``generate_async``: "VLMs need to
+process/tokenize the prompt in their own way"), which expands each placeholder; the
+report counts the placeholders so a test can see they are one per image.
 """
 
 from __future__ import annotations
@@ -10,14 +13,13 @@ from __future__ import annotations
 import io
 
 from PIL import Image, UnidentifiedImageError
+from smg_grpc_proto.generated import trtllm_service_pb2 as pb
+from smg_grpc_proto.generated import trtllm_service_pb2_grpc as pb_grpc
 
 try:
     from . import _common as c
 except ImportError:  # run as a script
     import _common as c
-
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as pb
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2_grpc as pb_grpc
 
 
 def load_image(data: bytes) -> tuple[Image.Image, str]:
@@ -33,7 +35,7 @@ def load_image(data: bytes) -> tuple[Image.Image, str]:
 
 def decode(req: pb.GenerateRequest) -> dict:
     if not req.HasField("tokenized"):
-        raise c.Rejected("tokenized input is required")
+        raise c.Rejected("Missing tokenized input")
     ids = list(req.tokenized.input_token_ids)
     report = {"backend": "trtllm", "request_id": req.request_id, "input_ids": c.ids_digest(ids), "images": []}
     if req.HasField("multimodal_input"):

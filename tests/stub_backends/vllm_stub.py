@@ -1,33 +1,33 @@
-"""vLLM engine stub: decodes Generate as vLLM's gRPC servicer does (preprocessed path).
+"""vLLM engine stub: decodes Generate as vLLM's gRPC servicer does on its preprocessed path
+(smg_grpc_servicer/vllm/servicer.py ``Generate`` and ``_build_preprocessed_mm_inputs``).
 
-* taken only with ``tokenized`` input and ``mm_inputs.pixel_values`` set;
-* tensors: "float32", "int64", "uint32", anything else is an error; size must match shape;
-* items per key: in ``batched_keys`` -> split on dim 0; in ``flat_keys`` -> split along
-  dim 0 by the named sizes tensor (which must be sent); else shared by every item;
-* the number of items is the number of placeholders; every key must yield that many;
+* taken when the batch carries ``pixel_values`` or model-specific tensors
+  (``mm_salt.has_preprocessed_mm_payload``), and then only with ``tokenized`` input;
+* tensors: ``mm_shm.tensor_payload_bytes`` (inline or /dev/shm; an unset payload is
+  refused) then the dtype table and length check (``_common``);
+* the modality is ``mm_keys.modality_name`` (VIDEO -> "video", else "image"); the pixel
+  tensor is registered under ``mm_keys.primary_encoder_key`` (``encoder_input_key``, or
+  ``pixel_values``) and every key goes through ``mm_keys.modality_key``;
+* per key: in ``batched_keys`` -> split on dim 0; in ``flat_keys`` -> split along dim 0
+  by the named sizes tensor (which must be sent); else shared by every item;
+  ``keep_on_cpu`` when the key is in ``keep_on_cpu_keys``;
+* the number of items is the number of placeholders; every key must yield that many
+  (``MultiModalKwargsItems.from_hf_inputs``: "Cannot merge different batch sizes");
 * ``is_embed`` = (ids in range == im_token_id), kept only when some position is not it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from smg_grpc_proto.generated import vllm_engine_pb2 as pb
+from smg_grpc_proto.generated import vllm_engine_pb2_grpc as pb_grpc
+from smg_grpc_servicer.vllm import mm_keys
+from smg_grpc_servicer.vllm.mm_salt import has_preprocessed_mm_payload
 
 try:
     from . import _common as c
 except ImportError:  # run as a script
     import _common as c
-
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as pb
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2_grpc as pb_grpc
-
-_DTYPES = {"float32": np.dtype("<f4"), "int64": np.dtype("<i8"), "uint32": np.dtype("<u4")}
-
-
-def decode_tensor(td) -> np.ndarray:
-    dt = _DTYPES.get(td.dtype)
-    if dt is None:
-        raise c.Rejected(f"Unsupported proto tensor dtype: {td.dtype!r}")
-    return np.frombuffer(td.data, dtype=dt).reshape(list(td.shape))
 
 
 def split_items(hf: dict, batched: set, flat: dict, num_items: int) -> dict[str, list[np.ndarray]]:
@@ -48,27 +48,39 @@ def split_items(hf: dict, batched: set, flat: dict, num_items: int) -> dict[str,
             out[key] = [arr[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         else:
             out[key] = [arr] * num_items
-    for key, items in out.items():
-        if len(items) != num_items:
-            raise c.Rejected(f"field {key!r} has {len(items)} items but there are {num_items} placeholders")
+    sizes = {key: len(items) for key, items in out.items()}
+    if len(set(sizes.values()) | {num_items}) > 1:
+        raise c.Rejected(f"Cannot merge different batch sizes: {sizes} for {num_items} placeholders")
     return out
 
 
 def decode(req: pb.GenerateRequest) -> dict:
     kind = req.WhichOneof("input")
     mm = req.mm_inputs
-    preprocessed = req.HasField("mm_inputs") and mm.HasField("pixel_values")
+    preprocessed = req.HasField("mm_inputs") and has_preprocessed_mm_payload(mm)
     if preprocessed and kind != "tokenized":
         raise c.Rejected("preprocessed multimodal inputs need tokenized input")
     ids = list(req.tokenized.input_ids) if kind == "tokenized" else []
     report = {"backend": "vllm", "request_id": req.request_id, "input_ids": c.ids_digest(ids), "items": []}
     if not preprocessed:
         return report
-    hf = {"pixel_values": decode_tensor(mm.pixel_values)}
+    modality = mm_keys.modality_name(mm)
+    is_video = modality == "video"
+
+    def key_of(k: str) -> str:
+        return mm_keys.modality_key(k, is_video)
+
+    hf, wire = {}, {}
+    if mm.HasField("pixel_values"):
+        primary = key_of(mm_keys.primary_encoder_key(mm))
+        hf[primary], wire[primary] = c.tensor_from_proto(mm.pixel_values), mm.pixel_values
     for key, td in mm.model_specific_tensors.items():
-        hf[key] = decode_tensor(td)
+        hf[key_of(key)], wire[key_of(key)] = c.tensor_from_proto(td), td
+    cpu = {key_of(k) for k in mm.keep_on_cpu_keys}
+    batched = {key_of(k) for k in mm.batched_keys}
+    flat = {key_of(k): key_of(v) for k, v in mm.flat_keys.items()}
     num_items = len(mm.mm_placeholders)
-    fields = split_items(hf, set(mm.batched_keys), dict(mm.flat_keys), num_items)
+    fields = split_items(hf, batched, flat, num_items)
     hashes = list(mm.mm_hashes)
     if hashes and len(hashes) != num_items:
         raise c.Rejected(f"{len(hashes)} mm_hashes for {num_items} items")
@@ -88,14 +100,17 @@ def decode(req: pb.GenerateRequest) -> dict:
                 "placeholder": [p.offset, p.length],
                 "embed_count": int(p.length if is_embed is None else is_embed.sum()),
                 "is_embed": None if is_embed is None else c.describe(is_embed.astype(np.uint8)),
-                "fields": {k: c.describe(v[i]) for k, v in sorted(fields.items())},
+                "fields": {k: c.describe(v[i], wire[k].dtype) for k, v in sorted(fields.items())},
             }
         )
+    report["modality"] = modality
     report["im_token_id"] = im_token_id
+    report["transport"] = {k: c.transport(td) for k, td in sorted(wire.items())}
     report["layout"] = {
-        "batched": sorted(mm.batched_keys),
-        "flat": dict(sorted(mm.flat_keys.items())),
-        "shared": sorted(k for k in hf if k not in mm.batched_keys and k not in mm.flat_keys),
+        "batched": sorted(k for k in hf if k in batched),
+        "flat": {k: v for k, v in sorted(flat.items()) if k in hf},
+        "shared": sorted(k for k in hf if k not in batched and k not in flat),
+        "keep_on_cpu": sorted(k for k in hf if k in cpu),
     }
     return report
 

@@ -22,12 +22,13 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as sglang_dot_grpc_dot_scheduler_dot_sglang__scheduler__pb2
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as trtllm_dot_trtllm__service__pb2
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as vllm_dot_grpc_dot_engine_dot_vllm__engine__pb2
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as sglang__scheduler__pb2
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2 as tokenspeed__scheduler__pb2
+from smg_grpc_proto.generated import trtllm_service_pb2 as trtllm__service__pb2
+from smg_grpc_proto.generated import vllm_engine_pb2 as vllm__engine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fsglang_mm/v1/preprocessor.proto\x12\x0csglang_mm.v1\x1a,sglang/grpc/scheduler/sglang_scheduler.proto\x1a\x1btrtllm/trtllm_service.proto\x1a\"vllm/grpc/engine/vllm_engine.proto\"8\n\nTensorData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"2\n\x10PlaceholderRange\x12\x0e\n\x06offset\x18\x01 \x01(\r\x12\x0e\n\x06length\x18\x02 \x01(\r\"4\n\tMediaItem\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x08\n\x06source\"\xc9\x01\n\x11PreprocessRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tinput_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.MediaItem\x12&\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x13\n\x0bkeep_handle\x18\x06 \x01(\x08\x12\x18\n\x10max_image_tokens\x18\x07 \x01(\r\"\x83\x02\n\tImageInfo\x12\x0c\n\x04hash\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x38\n\x10structural_range\x18\x03 \x01(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x34\n\x0cpatch_ranges\x18\x04 \x03(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x0e\n\x06height\x18\x05 \x01(\r\x12\r\n\x05width\x18\x06 \x01(\r\x12\x16\n\x0eresized_height\x18\x07 \x01(\r\x12\x15\n\rresized_width\x18\x08 \x01(\r\x12\x15\n\rencoded_bytes\x18\t \x01(\x04\"L\n\x0eMropePositions\x12+\n\tpositions\x18\x01 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x03\"\x81\x01\n\x0cStageTimings\x12\x10\n\x08\x66\x65tch_ms\x18\x01 \x01(\x01\x12\x11\n\tdecode_ms\x18\x02 \x01(\x01\x12\x12\n\nprocess_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\x12\x11\n\tlayout_ms\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ssemble_ms\x18\x06 \x01(\x01\"\x95\x02\n\x12PreprocessResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\'\n\x06images\x18\x03 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12+\n\x05mrope\x18\x04 \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x12\x0e\n\x06handle\x18\x05 \x01(\t\x12-\n\x07payload\x18\x06 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\x12+\n\x07timings\x18\x07 \x01(\x0b\x32\x1a.sglang_mm.v1.StageTimings\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\"\xf2\x01\n\x0e\x42\x61\x63kendPayload\x12&\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x39\n\x06sglang\x18\x03 \x01(\x0b\x32\'.sglang.grpc.scheduler.MultimodalInputsH\x00\x12\x32\n\x04vllm\x18\x04 \x01(\x0b\x32\".vllm.grpc.engine.MultimodalInputsH\x00\x12)\n\x06trtllm\x18\x05 \x01(\x0b\x32\x17.trtllm.MultimodalInputH\x00\x42\x0b\n\tmm_inputs\"Z\n\x0f\x41ssembleRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\x12&\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x0f\n\x07release\x18\x03 \x01(\x08\"A\n\x10\x41ssembleResponse\x12-\n\x07payload\x18\x01 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\" \n\x0eReleaseRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\xa4\x04\n\x16MultimodalIntermediate\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x1a\n\x12original_input_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12.\n\x0cpixel_values\x18\x05 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\x42\n\x07tensors\x18\x06 \x03(\x0b\x32\x31.sglang_mm.v1.MultimodalIntermediate.TensorsEntry\x12\x12\n\nimage_data\x18\x07 \x03(\x0c\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\x12\x14\n\x0c\x62\x61tched_keys\x18\t \x03(\t\x12\x45\n\tflat_keys\x18\n \x03(\x0b\x32\x32.sglang_mm.v1.MultimodalIntermediate.FlatKeysEntry\x12+\n\x05mrope\x18\x0b \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x1aH\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData:\x02\x38\x01\x1a/\n\rFlatKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"\xd4\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmodalities\x18\x04 \x03(\t\x12\x16\n\x0eimage_token_id\x18\x05 \x01(\r\x12\x38\n\ttoken_ids\x18\x06 \x03(\x0b\x32%.sglang_mm.v1.ModelInfo.TokenIdsEntry\x12\x1b\n\x13reference_processor\x18\x07 \x01(\t\x12\r\n\x05mrope\x18\x08 \x01(\x08\x12\x1e\n\x16max_images_per_request\x18\t \x01(\r\x12\x1c\n\x14placeholder_token_id\x18\n \x01(\r\x12\x18\n\x10max_image_tokens\x18\x0b \x01(\r\x1a/\n\rTokenIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.sglang_mm.v1.ModelInfo\"\x11\n\x0fGetStatsRequest\":\n\x0bStatusCount\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\"p\n\x10LatencyHistogram\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0e\n\x06sum_ms\x18\x03 \x01(\x01\x12\x17\n\x0fupper_bounds_ms\x18\x04 \x03(\x01\x12\x15\n\rbucket_counts\x18\x05 \x03(\x04\"\xc2\x01\n\nFetchStats\x12\x0f\n\x07started\x18\x01 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x04\x12\x15\n\rbytes_fetched\x18\x03 \x01(\x04\x12\x11\n\tin_flight\x18\x04 \x01(\r\x12\x38\n\x08refusals\x18\x05 \x03(\x0b\x32&.sglang_mm.v1.FetchStats.RefusalsEntry\x1a/\n\rRefusalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x95\x01\n\nCacheStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x0e\n\x06misses\x18\x02 \x01(\x04\x12\x11\n\tevictions\x18\x03 \x01(\x04\x12\r\n\x05items\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x11\n\tmax_bytes\x18\x06 \x01(\x04\x12\x11\n\ttoo_large\x18\x07 \x01(\x04\x12\x12\n\npeak_bytes\x18\x08 \x01(\x04\"\x86\x01\n\nStoreStats\x12\r\n\x05items\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x11\n\tmax_items\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x65victed\x18\x05 \x01(\x04\x12\x0f\n\x07\x65xpired\x18\x06 \x01(\x04\x12\x12\n\npeak_bytes\x18\x07 \x01(\x04\"K\n\tWorkStats\x12\x0c\n\x04\x62usy\x18\x01 \x01(\r\x12\x13\n\x0bimage_steps\x18\x02 \x01(\x04\x12\x1b\n\x13image_steps_skipped\x18\x03 \x01(\x04\"\xfa\x03\n\x10GetStatsResponse\x12\x10\n\x08uptime_s\x18\x01 \x01(\x01\x12\x11\n\tin_flight\x18\x02 \x01(\r\x12\x15\n\rmax_in_flight\x18\x03 \x01(\r\x12\x15\n\rrejected_busy\x18\x04 \x01(\x04\x12>\n\x08requests\x18\x05 \x03(\x0b\x32,.sglang_mm.v1.GetStatsResponse.RequestsEntry\x12+\n\x08statuses\x18\x06 \x03(\x0b\x32\x19.sglang_mm.v1.StatusCount\x12\x0e\n\x06images\x18\x07 \x01(\x04\x12\x13\n\x0bimage_bytes\x18\x08 \x01(\x04\x12\'\n\x05\x66\x65tch\x18\t \x01(\x0b\x32\x18.sglang_mm.v1.FetchStats\x12\'\n\x05\x63\x61\x63he\x18\n \x01(\x0b\x32\x18.sglang_mm.v1.CacheStats\x12\'\n\x05store\x18\x0b \x01(\x0b\x32\x18.sglang_mm.v1.StoreStats\x12%\n\x04work\x18\x0c \x01(\x0b\x32\x17.sglang_mm.v1.WorkStats\x12.\n\x06stages\x18\r \x03(\x0b\x32\x1e.sglang_mm.v1.LatencyHistogram\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01*\\\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42\x41\x43KEND_SGLANG\x10\x01\x12\x10\n\x0c\x42\x41\x43KEND_VLLM\x10\x02\x12\x12\n\x0e\x42\x41\x43KEND_TRTLLM\x10\x03\x32\x98\x03\n\x16MultimodalPreprocessor\x12O\n\nPreprocess\x12\x1f.sglang_mm.v1.PreprocessRequest\x1a .sglang_mm.v1.PreprocessResponse\x12I\n\x08\x41ssemble\x12\x1d.sglang_mm.v1.AssembleRequest\x1a\x1e.sglang_mm.v1.AssembleResponse\x12\x46\n\x07Release\x12\x1c.sglang_mm.v1.ReleaseRequest\x1a\x1d.sglang_mm.v1.ReleaseResponse\x12O\n\nListModels\x12\x1f.sglang_mm.v1.ListModelsRequest\x1a .sglang_mm.v1.ListModelsResponse\x12I\n\x08GetStats\x12\x1d.sglang_mm.v1.GetStatsRequest\x1a\x1e.sglang_mm.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fsglang_mm/v1/preprocessor.proto\x12\x0csglang_mm.v1\x1a\x16sglang_scheduler.proto\x1a\x1atokenspeed_scheduler.proto\x1a\x14trtllm_service.proto\x1a\x11vllm_engine.proto\"\xb8\x01\n\x0ePayloadOptions\x12,\n\x0bpixel_dtype\x18\x01 \x01(\x0e\x32\x17.sglang_mm.v1.WireDtype\x12\x30\n\ttransport\x18\x02 \x01(\x0e\x32\x1d.sglang_mm.v1.TensorTransport\x12\x1a\n\rshm_min_bytes\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x18\n\x10shm_namespace_id\x18\x04 \x01(\tB\x10\n\x0e_shm_min_bytes\"8\n\nTensorData\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05shape\x18\x02 \x03(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\"2\n\x10PlaceholderRange\x12\x0e\n\x06offset\x18\x01 \x01(\r\x12\x0e\n\x06length\x18\x02 \x01(\r\"4\n\tMediaItem\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x08\n\x06source\"\x80\x02\n\x11PreprocessRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x11\n\tinput_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.MediaItem\x12&\n\x07\x62\x61\x63kend\x18\x05 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x13\n\x0bkeep_handle\x18\x06 \x01(\x08\x12\x18\n\x10max_image_tokens\x18\x07 \x01(\r\x12\x35\n\x0fpayload_options\x18\x08 \x01(\x0b\x32\x1c.sglang_mm.v1.PayloadOptions\"\x83\x02\n\tImageInfo\x12\x0c\n\x04hash\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\x12\x38\n\x10structural_range\x18\x03 \x01(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x34\n\x0cpatch_ranges\x18\x04 \x03(\x0b\x32\x1e.sglang_mm.v1.PlaceholderRange\x12\x0e\n\x06height\x18\x05 \x01(\r\x12\r\n\x05width\x18\x06 \x01(\r\x12\x16\n\x0eresized_height\x18\x07 \x01(\r\x12\x15\n\rresized_width\x18\x08 \x01(\r\x12\x15\n\rencoded_bytes\x18\t \x01(\x04\"L\n\x0eMropePositions\x12+\n\tpositions\x18\x01 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x03\"\x81\x01\n\x0cStageTimings\x12\x10\n\x08\x66\x65tch_ms\x18\x01 \x01(\x01\x12\x11\n\tdecode_ms\x18\x02 \x01(\x01\x12\x12\n\nprocess_ms\x18\x03 \x01(\x01\x12\x10\n\x08total_ms\x18\x04 \x01(\x01\x12\x11\n\tlayout_ms\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ssemble_ms\x18\x06 \x01(\x01\"\x95\x02\n\x12PreprocessResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\'\n\x06images\x18\x03 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12+\n\x05mrope\x18\x04 \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x12\x0e\n\x06handle\x18\x05 \x01(\t\x12-\n\x07payload\x18\x06 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\x12+\n\x07timings\x18\x07 \x01(\x0b\x32\x1a.sglang_mm.v1.StageTimings\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\"\xb5\x02\n\x0e\x42\x61\x63kendPayload\x12&\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x39\n\x06sglang\x18\x03 \x01(\x0b\x32\'.sglang.grpc.scheduler.MultimodalInputsH\x00\x12\x32\n\x04vllm\x18\x04 \x01(\x0b\x32\".vllm.grpc.engine.MultimodalInputsH\x00\x12)\n\x06trtllm\x18\x05 \x01(\x0b\x32\x17.trtllm.MultimodalInputH\x00\x12\x41\n\ntokenspeed\x18\x06 \x01(\x0b\x32+.tokenspeed.grpc.scheduler.MultimodalInputsH\x00\x42\x0b\n\tmm_inputs\"\x91\x01\n\x0f\x41ssembleRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\x12&\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x15.sglang_mm.v1.Backend\x12\x0f\n\x07release\x18\x03 \x01(\x08\x12\x35\n\x0fpayload_options\x18\x04 \x01(\x0b\x32\x1c.sglang_mm.v1.PayloadOptions\"A\n\x10\x41ssembleResponse\x12-\n\x07payload\x18\x01 \x01(\x0b\x32\x1c.sglang_mm.v1.BackendPayload\" \n\x0eReleaseRequest\x12\x0e\n\x06handle\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\xa4\x04\n\x16MultimodalIntermediate\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\r\x12\x1a\n\x12original_input_ids\x18\x03 \x03(\r\x12\'\n\x06images\x18\x04 \x03(\x0b\x32\x17.sglang_mm.v1.ImageInfo\x12.\n\x0cpixel_values\x18\x05 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData\x12\x42\n\x07tensors\x18\x06 \x03(\x0b\x32\x31.sglang_mm.v1.MultimodalIntermediate.TensorsEntry\x12\x12\n\nimage_data\x18\x07 \x03(\x0c\x12\x16\n\x0eimage_token_id\x18\x08 \x01(\r\x12\x14\n\x0c\x62\x61tched_keys\x18\t \x03(\t\x12\x45\n\tflat_keys\x18\n \x03(\x0b\x32\x32.sglang_mm.v1.MultimodalIntermediate.FlatKeysEntry\x12+\n\x05mrope\x18\x0b \x01(\x0b\x32\x1c.sglang_mm.v1.MropePositions\x1aH\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.sglang_mm.v1.TensorData:\x02\x38\x01\x1a/\n\rFlatKeysEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x13\n\x11ListModelsRequest\"\xd4\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmodalities\x18\x04 \x03(\t\x12\x16\n\x0eimage_token_id\x18\x05 \x01(\r\x12\x38\n\ttoken_ids\x18\x06 \x03(\x0b\x32%.sglang_mm.v1.ModelInfo.TokenIdsEntry\x12\x1b\n\x13reference_processor\x18\x07 \x01(\t\x12\r\n\x05mrope\x18\x08 \x01(\x08\x12\x1e\n\x16max_images_per_request\x18\t \x01(\r\x12\x1c\n\x14placeholder_token_id\x18\n \x01(\r\x12\x18\n\x10max_image_tokens\x18\x0b \x01(\r\x1a/\n\rTokenIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.sglang_mm.v1.ModelInfo\"\x16\n\x14GetServerInfoRequest\"\xbf\x02\n\x15GetServerInfoResponse\x12\x18\n\x10shm_namespace_id\x18\x01 \x01(\t\x12\x14\n\x0cshm_owner_id\x18\x02 \x01(\t\x12\x38\n\x11\x64\x65\x66\x61ult_transport\x18\x03 \x01(\x0e\x32\x1d.sglang_mm.v1.TensorTransport\x12\x1d\n\x15\x64\x65\x66\x61ult_shm_min_bytes\x18\x04 \x01(\x04\x12\x18\n\x10shm_budget_bytes\x18\x05 \x01(\x04\x12\x11\n\tshm_bytes\x18\x06 \x01(\x04\x12\x13\n\x0bshm_lease_s\x18\x07 \x01(\x01\x12\x16\n\x0emax_send_bytes\x18\x08 \x01(\x04\x12\x1e\n\x16smg_grpc_proto_version\x18\t \x01(\t\x12#\n\x03shm\x18\n \x01(\x0b\x32\x16.sglang_mm.v1.ShmStats\"\xe3\x01\n\x08ShmStats\x12\x10\n\x08segments\x18\x01 \x01(\x04\x12\x12\n\npeak_bytes\x18\x02 \x01(\x04\x12\x0f\n\x07written\x18\x03 \x01(\x04\x12\x12\n\nhanded_out\x18\x04 \x01(\x04\x12\x0c\n\x04read\x18\x05 \x01(\x04\x12\x34\n\x07removed\x18\x06 \x03(\x0b\x32#.sglang_mm.v1.ShmStats.RemovedEntry\x12\x18\n\x10inline_fallbacks\x18\x07 \x01(\x04\x1a.\n\x0cRemovedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x11\n\x0fGetStatsRequest\":\n\x0bStatusCount\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\"p\n\x10LatencyHistogram\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0e\n\x06sum_ms\x18\x03 \x01(\x01\x12\x17\n\x0fupper_bounds_ms\x18\x04 \x03(\x01\x12\x15\n\rbucket_counts\x18\x05 \x03(\x04\"\xc2\x01\n\nFetchStats\x12\x0f\n\x07started\x18\x01 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x02 \x01(\x04\x12\x15\n\rbytes_fetched\x18\x03 \x01(\x04\x12\x11\n\tin_flight\x18\x04 \x01(\r\x12\x38\n\x08refusals\x18\x05 \x03(\x0b\x32&.sglang_mm.v1.FetchStats.RefusalsEntry\x1a/\n\rRefusalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x95\x01\n\nCacheStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x0e\n\x06misses\x18\x02 \x01(\x04\x12\x11\n\tevictions\x18\x03 \x01(\x04\x12\r\n\x05items\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\x12\x11\n\tmax_bytes\x18\x06 \x01(\x04\x12\x11\n\ttoo_large\x18\x07 \x01(\x04\x12\x12\n\npeak_bytes\x18\x08 \x01(\x04\"\x86\x01\n\nStoreStats\x12\r\n\x05items\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x11\n\tmax_items\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x65victed\x18\x05 \x01(\x04\x12\x0f\n\x07\x65xpired\x18\x06 \x01(\x04\x12\x12\n\npeak_bytes\x18\x07 \x01(\x04\"K\n\tWorkStats\x12\x0c\n\x04\x62usy\x18\x01 \x01(\r\x12\x13\n\x0bimage_steps\x18\x02 \x01(\x04\x12\x1b\n\x13image_steps_skipped\x18\x03 \x01(\x04\"\xfa\x03\n\x10GetStatsResponse\x12\x10\n\x08uptime_s\x18\x01 \x01(\x01\x12\x11\n\tin_flight\x18\x02 \x01(\r\x12\x15\n\rmax_in_flight\x18\x03 \x01(\r\x12\x15\n\rrejected_busy\x18\x04 \x01(\x04\x12>\n\x08requests\x18\x05 \x03(\x0b\x32,.sglang_mm.v1.GetStatsResponse.RequestsEntry\x12+\n\x08statuses\x18\x06 \x03(\x0b\x32\x19.sglang_mm.v1.StatusCount\x12\x0e\n\x06images\x18\x07 \x01(\x04\x12\x13\n\x0bimage_bytes\x18\x08 \x01(\x04\x12\'\n\x05\x66\x65tch\x18\t \x01(\x0b\x32\x18.sglang_mm.v1.FetchStats\x12\'\n\x05\x63\x61\x63he\x18\n \x01(\x0b\x32\x18.sglang_mm.v1.CacheStats\x12\'\n\x05store\x18\x0b \x01(\x0b\x32\x18.sglang_mm.v1.StoreStats\x12%\n\x04work\x18\x0c \x01(\x0b\x32\x17.sglang_mm.v1.WorkStats\x12.\n\x06stages\x18\r \x03(\x0b\x32\x1e.sglang_mm.v1.LatencyHistogram\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01*t\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x42\x41\x43KEND_SGLANG\x10\x01\x12\x10\n\x0c\x42\x41\x43KEND_VLLM\x10\x02\x12\x12\n\x0e\x42\x41\x43KEND_TRTLLM\x10\x03\x12\x16\n\x12\x42\x41\x43KEND_TOKENSPEED\x10\x04*p\n\tWireDtype\x12\x1a\n\x16WIRE_DTYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12WIRE_DTYPE_FLOAT32\x10\x01\x12\x17\n\x13WIRE_DTYPE_BFLOAT16\x10\x02\x12\x16\n\x12WIRE_DTYPE_FLOAT16\x10\x03*\x85\x01\n\x0fTensorTransport\x12 \n\x1cTENSOR_TRANSPORT_UNSPECIFIED\x10\x00\x12\x1b\n\x17TENSOR_TRANSPORT_INLINE\x10\x01\x12\x18\n\x14TENSOR_TRANSPORT_SHM\x10\x02\x12\x19\n\x15TENSOR_TRANSPORT_AUTO\x10\x03\x32\xf2\x03\n\x16MultimodalPreprocessor\x12O\n\nPreprocess\x12\x1f.sglang_mm.v1.PreprocessRequest\x1a .sglang_mm.v1.PreprocessResponse\x12I\n\x08\x41ssemble\x12\x1d.sglang_mm.v1.AssembleRequest\x1a\x1e.sglang_mm.v1.AssembleResponse\x12\x46\n\x07Release\x12\x1c.sglang_mm.v1.ReleaseRequest\x1a\x1d.sglang_mm.v1.ReleaseResponse\x12O\n\nListModels\x12\x1f.sglang_mm.v1.ListModelsRequest\x1a .sglang_mm.v1.ListModelsResponse\x12I\n\x08GetStats\x12\x1d.sglang_mm.v1.GetStatsRequest\x1a\x1e.sglang_mm.v1.GetStatsResponse\x12X\n\rGetServerInfo\x12\".sglang_mm.v1.GetServerInfoRequest\x1a#.sglang_mm.v1.GetServerInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,72 +41,88 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_options = b'8\001'
   _globals['_MODELINFO_TOKENIDSENTRY']._loaded_options = None
   _globals['_MODELINFO_TOKENIDSENTRY']._serialized_options = b'8\001'
+  _globals['_SHMSTATS_REMOVEDENTRY']._loaded_options = None
+  _globals['_SHMSTATS_REMOVEDENTRY']._serialized_options = b'8\001'
   _globals['_FETCHSTATS_REFUSALSENTRY']._loaded_options = None
   _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_options = b'8\001'
   _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._loaded_options = None
   _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_options = b'8\001'
-  _globals['_BACKEND']._serialized_start=3998
-  _globals['_BACKEND']._serialized_end=4090
-  _globals['_TENSORDATA']._serialized_start=160
-  _globals['_TENSORDATA']._serialized_end=216
-  _globals['_PLACEHOLDERRANGE']._serialized_start=218
-  _globals['_PLACEHOLDERRANGE']._serialized_end=268
-  _globals['_MEDIAITEM']._serialized_start=270
-  _globals['_MEDIAITEM']._serialized_end=322
-  _globals['_PREPROCESSREQUEST']._serialized_start=325
-  _globals['_PREPROCESSREQUEST']._serialized_end=526
-  _globals['_IMAGEINFO']._serialized_start=529
-  _globals['_IMAGEINFO']._serialized_end=788
-  _globals['_MROPEPOSITIONS']._serialized_start=790
-  _globals['_MROPEPOSITIONS']._serialized_end=866
-  _globals['_STAGETIMINGS']._serialized_start=869
-  _globals['_STAGETIMINGS']._serialized_end=998
-  _globals['_PREPROCESSRESPONSE']._serialized_start=1001
-  _globals['_PREPROCESSRESPONSE']._serialized_end=1278
-  _globals['_BACKENDPAYLOAD']._serialized_start=1281
-  _globals['_BACKENDPAYLOAD']._serialized_end=1523
-  _globals['_ASSEMBLEREQUEST']._serialized_start=1525
-  _globals['_ASSEMBLEREQUEST']._serialized_end=1615
-  _globals['_ASSEMBLERESPONSE']._serialized_start=1617
-  _globals['_ASSEMBLERESPONSE']._serialized_end=1682
-  _globals['_RELEASEREQUEST']._serialized_start=1684
-  _globals['_RELEASEREQUEST']._serialized_end=1716
-  _globals['_RELEASERESPONSE']._serialized_start=1718
-  _globals['_RELEASERESPONSE']._serialized_end=1753
-  _globals['_MULTIMODALINTERMEDIATE']._serialized_start=1756
-  _globals['_MULTIMODALINTERMEDIATE']._serialized_end=2304
-  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_start=2183
-  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_end=2255
-  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_start=2257
-  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_end=2304
-  _globals['_LISTMODELSREQUEST']._serialized_start=2306
-  _globals['_LISTMODELSREQUEST']._serialized_end=2325
-  _globals['_MODELINFO']._serialized_start=2328
-  _globals['_MODELINFO']._serialized_end=2668
-  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_start=2621
-  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_end=2668
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2670
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2731
-  _globals['_GETSTATSREQUEST']._serialized_start=2733
-  _globals['_GETSTATSREQUEST']._serialized_end=2750
-  _globals['_STATUSCOUNT']._serialized_start=2752
-  _globals['_STATUSCOUNT']._serialized_end=2810
-  _globals['_LATENCYHISTOGRAM']._serialized_start=2812
-  _globals['_LATENCYHISTOGRAM']._serialized_end=2924
-  _globals['_FETCHSTATS']._serialized_start=2927
-  _globals['_FETCHSTATS']._serialized_end=3121
-  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_start=3074
-  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_end=3121
-  _globals['_CACHESTATS']._serialized_start=3124
-  _globals['_CACHESTATS']._serialized_end=3273
-  _globals['_STORESTATS']._serialized_start=3276
-  _globals['_STORESTATS']._serialized_end=3410
-  _globals['_WORKSTATS']._serialized_start=3412
-  _globals['_WORKSTATS']._serialized_end=3487
-  _globals['_GETSTATSRESPONSE']._serialized_start=3490
-  _globals['_GETSTATSRESPONSE']._serialized_end=3996
-  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_start=3949
-  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_end=3996
-  _globals['_MULTIMODALPREPROCESSOR']._serialized_start=4093
-  _globals['_MULTIMODALPREPROCESSOR']._serialized_end=4501
+  _globals['_BACKEND']._serialized_start=4921
+  _globals['_BACKEND']._serialized_end=5037
+  _globals['_WIREDTYPE']._serialized_start=5039
+  _globals['_WIREDTYPE']._serialized_end=5151
+  _globals['_TENSORTRANSPORT']._serialized_start=5154
+  _globals['_TENSORTRANSPORT']._serialized_end=5287
+  _globals['_PAYLOADOPTIONS']._serialized_start=143
+  _globals['_PAYLOADOPTIONS']._serialized_end=327
+  _globals['_TENSORDATA']._serialized_start=329
+  _globals['_TENSORDATA']._serialized_end=385
+  _globals['_PLACEHOLDERRANGE']._serialized_start=387
+  _globals['_PLACEHOLDERRANGE']._serialized_end=437
+  _globals['_MEDIAITEM']._serialized_start=439
+  _globals['_MEDIAITEM']._serialized_end=491
+  _globals['_PREPROCESSREQUEST']._serialized_start=494
+  _globals['_PREPROCESSREQUEST']._serialized_end=750
+  _globals['_IMAGEINFO']._serialized_start=753
+  _globals['_IMAGEINFO']._serialized_end=1012
+  _globals['_MROPEPOSITIONS']._serialized_start=1014
+  _globals['_MROPEPOSITIONS']._serialized_end=1090
+  _globals['_STAGETIMINGS']._serialized_start=1093
+  _globals['_STAGETIMINGS']._serialized_end=1222
+  _globals['_PREPROCESSRESPONSE']._serialized_start=1225
+  _globals['_PREPROCESSRESPONSE']._serialized_end=1502
+  _globals['_BACKENDPAYLOAD']._serialized_start=1505
+  _globals['_BACKENDPAYLOAD']._serialized_end=1814
+  _globals['_ASSEMBLEREQUEST']._serialized_start=1817
+  _globals['_ASSEMBLEREQUEST']._serialized_end=1962
+  _globals['_ASSEMBLERESPONSE']._serialized_start=1964
+  _globals['_ASSEMBLERESPONSE']._serialized_end=2029
+  _globals['_RELEASEREQUEST']._serialized_start=2031
+  _globals['_RELEASEREQUEST']._serialized_end=2063
+  _globals['_RELEASERESPONSE']._serialized_start=2065
+  _globals['_RELEASERESPONSE']._serialized_end=2100
+  _globals['_MULTIMODALINTERMEDIATE']._serialized_start=2103
+  _globals['_MULTIMODALINTERMEDIATE']._serialized_end=2651
+  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_start=2530
+  _globals['_MULTIMODALINTERMEDIATE_TENSORSENTRY']._serialized_end=2602
+  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_start=2604
+  _globals['_MULTIMODALINTERMEDIATE_FLATKEYSENTRY']._serialized_end=2651
+  _globals['_LISTMODELSREQUEST']._serialized_start=2653
+  _globals['_LISTMODELSREQUEST']._serialized_end=2672
+  _globals['_MODELINFO']._serialized_start=2675
+  _globals['_MODELINFO']._serialized_end=3015
+  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_start=2968
+  _globals['_MODELINFO_TOKENIDSENTRY']._serialized_end=3015
+  _globals['_LISTMODELSRESPONSE']._serialized_start=3017
+  _globals['_LISTMODELSRESPONSE']._serialized_end=3078
+  _globals['_GETSERVERINFOREQUEST']._serialized_start=3080
+  _globals['_GETSERVERINFOREQUEST']._serialized_end=3102
+  _globals['_GETSERVERINFORESPONSE']._serialized_start=3105
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=3424
+  _globals['_SHMSTATS']._serialized_start=3427
+  _globals['_SHMSTATS']._serialized_end=3654
+  _globals['_SHMSTATS_REMOVEDENTRY']._serialized_start=3608
+  _globals['_SHMSTATS_REMOVEDENTRY']._serialized_end=3654
+  _globals['_GETSTATSREQUEST']._serialized_start=3656
+  _globals['_GETSTATSREQUEST']._serialized_end=3673
+  _globals['_STATUSCOUNT']._serialized_start=3675
+  _globals['_STATUSCOUNT']._serialized_end=3733
+  _globals['_LATENCYHISTOGRAM']._serialized_start=3735
+  _globals['_LATENCYHISTOGRAM']._serialized_end=3847
+  _globals['_FETCHSTATS']._serialized_start=3850
+  _globals['_FETCHSTATS']._serialized_end=4044
+  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_start=3997
+  _globals['_FETCHSTATS_REFUSALSENTRY']._serialized_end=4044
+  _globals['_CACHESTATS']._serialized_start=4047
+  _globals['_CACHESTATS']._serialized_end=4196
+  _globals['_STORESTATS']._serialized_start=4199
+  _globals['_STORESTATS']._serialized_end=4333
+  _globals['_WORKSTATS']._serialized_start=4335
+  _globals['_WORKSTATS']._serialized_end=4410
+  _globals['_GETSTATSRESPONSE']._serialized_start=4413
+  _globals['_GETSTATSRESPONSE']._serialized_end=4919
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_start=4872
+  _globals['_GETSTATSRESPONSE_REQUESTSENTRY']._serialized_end=4919
+  _globals['_MULTIMODALPREPROCESSOR']._serialized_start=5290
+  _globals['_MULTIMODALPREPROCESSOR']._serialized_end=5788
 # @@protoc_insertion_point(module_scope)

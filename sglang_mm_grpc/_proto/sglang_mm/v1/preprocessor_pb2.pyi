@@ -1,6 +1,7 @@
-from sglang_mm_grpc._proto.sglang.grpc.scheduler import sglang_scheduler_pb2 as _sglang_scheduler_pb2
-from sglang_mm_grpc._proto.trtllm import trtllm_service_pb2 as _trtllm_service_pb2
-from sglang_mm_grpc._proto.vllm.grpc.engine import vllm_engine_pb2 as _vllm_engine_pb2
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as _sglang_scheduler_pb2
+from smg_grpc_proto.generated import tokenspeed_scheduler_pb2 as _tokenspeed_scheduler_pb2
+from smg_grpc_proto.generated import trtllm_service_pb2 as _trtllm_service_pb2
+from smg_grpc_proto.generated import vllm_engine_pb2 as _vllm_engine_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -16,10 +17,46 @@ class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BACKEND_SGLANG: _ClassVar[Backend]
     BACKEND_VLLM: _ClassVar[Backend]
     BACKEND_TRTLLM: _ClassVar[Backend]
+    BACKEND_TOKENSPEED: _ClassVar[Backend]
+
+class WireDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WIRE_DTYPE_UNSPECIFIED: _ClassVar[WireDtype]
+    WIRE_DTYPE_FLOAT32: _ClassVar[WireDtype]
+    WIRE_DTYPE_BFLOAT16: _ClassVar[WireDtype]
+    WIRE_DTYPE_FLOAT16: _ClassVar[WireDtype]
+
+class TensorTransport(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TENSOR_TRANSPORT_UNSPECIFIED: _ClassVar[TensorTransport]
+    TENSOR_TRANSPORT_INLINE: _ClassVar[TensorTransport]
+    TENSOR_TRANSPORT_SHM: _ClassVar[TensorTransport]
+    TENSOR_TRANSPORT_AUTO: _ClassVar[TensorTransport]
 BACKEND_UNSPECIFIED: Backend
 BACKEND_SGLANG: Backend
 BACKEND_VLLM: Backend
 BACKEND_TRTLLM: Backend
+BACKEND_TOKENSPEED: Backend
+WIRE_DTYPE_UNSPECIFIED: WireDtype
+WIRE_DTYPE_FLOAT32: WireDtype
+WIRE_DTYPE_BFLOAT16: WireDtype
+WIRE_DTYPE_FLOAT16: WireDtype
+TENSOR_TRANSPORT_UNSPECIFIED: TensorTransport
+TENSOR_TRANSPORT_INLINE: TensorTransport
+TENSOR_TRANSPORT_SHM: TensorTransport
+TENSOR_TRANSPORT_AUTO: TensorTransport
+
+class PayloadOptions(_message.Message):
+    __slots__ = ("pixel_dtype", "transport", "shm_min_bytes", "shm_namespace_id")
+    PIXEL_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    SHM_MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHM_NAMESPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    pixel_dtype: WireDtype
+    transport: TensorTransport
+    shm_min_bytes: int
+    shm_namespace_id: str
+    def __init__(self, pixel_dtype: _Optional[_Union[WireDtype, str]] = ..., transport: _Optional[_Union[TensorTransport, str]] = ..., shm_min_bytes: _Optional[int] = ..., shm_namespace_id: _Optional[str] = ...) -> None: ...
 
 class TensorData(_message.Message):
     __slots__ = ("data", "shape", "dtype")
@@ -48,7 +85,7 @@ class MediaItem(_message.Message):
     def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
-    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens")
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +93,7 @@ class PreprocessRequest(_message.Message):
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     KEEP_HANDLE_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -63,7 +101,8 @@ class PreprocessRequest(_message.Message):
     backend: Backend
     keep_handle: bool
     max_image_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ...) -> None: ...
+    payload_options: PayloadOptions
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
     __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes")
@@ -132,28 +171,32 @@ class PreprocessResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ...) -> None: ...
 
 class BackendPayload(_message.Message):
-    __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm")
+    __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm", "tokenspeed")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     SGLANG_FIELD_NUMBER: _ClassVar[int]
     VLLM_FIELD_NUMBER: _ClassVar[int]
     TRTLLM_FIELD_NUMBER: _ClassVar[int]
+    TOKENSPEED_FIELD_NUMBER: _ClassVar[int]
     backend: Backend
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     sglang: _sglang_scheduler_pb2.MultimodalInputs
     vllm: _vllm_engine_pb2.MultimodalInputs
     trtllm: _trtllm_service_pb2.MultimodalInput
-    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ...) -> None: ...
+    tokenspeed: _tokenspeed_scheduler_pb2.MultimodalInputs
+    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ...) -> None: ...
 
 class AssembleRequest(_message.Message):
-    __slots__ = ("handle", "backend", "release")
+    __slots__ = ("handle", "backend", "release", "payload_options")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     handle: str
     backend: Backend
     release: bool
-    def __init__(self, handle: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., release: _Optional[bool] = ...) -> None: ...
+    payload_options: PayloadOptions
+    def __init__(self, handle: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., release: _Optional[bool] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ...) -> None: ...
 
 class AssembleResponse(_message.Message):
     __slots__ = ("payload",)
@@ -255,6 +298,59 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("shm_namespace_id", "shm_owner_id", "default_transport", "default_shm_min_bytes", "shm_budget_bytes", "shm_bytes", "shm_lease_s", "max_send_bytes", "smg_grpc_proto_version", "shm")
+    SHM_NAMESPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHM_OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SHM_MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHM_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHM_LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_SEND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SMG_GRPC_PROTO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHM_FIELD_NUMBER: _ClassVar[int]
+    shm_namespace_id: str
+    shm_owner_id: str
+    default_transport: TensorTransport
+    default_shm_min_bytes: int
+    shm_budget_bytes: int
+    shm_bytes: int
+    shm_lease_s: float
+    max_send_bytes: int
+    smg_grpc_proto_version: str
+    shm: ShmStats
+    def __init__(self, shm_namespace_id: _Optional[str] = ..., shm_owner_id: _Optional[str] = ..., default_transport: _Optional[_Union[TensorTransport, str]] = ..., default_shm_min_bytes: _Optional[int] = ..., shm_budget_bytes: _Optional[int] = ..., shm_bytes: _Optional[int] = ..., shm_lease_s: _Optional[float] = ..., max_send_bytes: _Optional[int] = ..., smg_grpc_proto_version: _Optional[str] = ..., shm: _Optional[_Union[ShmStats, _Mapping]] = ...) -> None: ...
+
+class ShmStats(_message.Message):
+    __slots__ = ("segments", "peak_bytes", "written", "handed_out", "read", "removed", "inline_fallbacks")
+    class RemovedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    HANDED_OUT_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    INLINE_FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    segments: int
+    peak_bytes: int
+    written: int
+    handed_out: int
+    read: int
+    removed: _containers.ScalarMap[str, int]
+    inline_fallbacks: int
+    def __init__(self, segments: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., written: _Optional[int] = ..., handed_out: _Optional[int] = ..., read: _Optional[int] = ..., removed: _Optional[_Mapping[str, int]] = ..., inline_fallbacks: _Optional[int] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()

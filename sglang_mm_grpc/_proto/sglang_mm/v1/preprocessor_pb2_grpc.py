@@ -59,6 +59,11 @@ class MultimodalPreprocessorStub:
                 request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetServerInfo = channel.unary_unary(
+                '/sglang_mm.v1.MultimodalPreprocessor/GetServerInfo',
+                request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class MultimodalPreprocessorServicer:
@@ -101,6 +106,14 @@ class MultimodalPreprocessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetServerInfo(self, request, context):
+        """This server's shared-memory identity and tensor-transport settings, so a router
+        can tell whether a worker shares its /dev/shm (TENSOR_TRANSPORT_AUTO).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MultimodalPreprocessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +141,11 @@ def add_MultimodalPreprocessorServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.FromString,
                     response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +283,33 @@ class MultimodalPreprocessor:
             '/sglang_mm.v1.MultimodalPreprocessor/GetStats',
             sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsRequest.SerializeToString,
             sglang__mm_dot_v1_dot_preprocessor__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang_mm.v1.MultimodalPreprocessor/GetServerInfo',
+            sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.SerializeToString,
+            sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,474 @@
+"""Shared-memory segments for tensors handed to a co-located worker.
+
+The gateway's SHM transport (smg ``transport.rs`` / ``proto_wrapper.rs``, the servicers'
+``mm_shm.py``): the producer writes a tensor's bytes into ``/dev/shm/<name>`` and sends
+``ShmHandle{name, offset, nbytes, owner_id}``; the worker opens the name (a single path
+component, ``O_NOFOLLOW``, a regular file), ``pread``s ``nbytes`` at ``offset`` and
+unlinks the file. One segment per tensor: a reader unlinks after its one read, so two
+tensors never share a file.
+
+Everything a reader never reads is this server's to remove. A segment is
+
+* *staged*: written for a kept result (Preprocess asked for SHM, so the kernels wrote
+  the pixel tensor straight into it) and not handed out yet; removed when its handle
+  leaves the store (Release, Assemble with release, expiry, eviction);
+* *out*: its handle is in a payload sent to a caller; the reader removes it, else this
+  server does when its lease ends (``lease_s`` after it was handed out), when the handle
+  it came from is Released, and at shutdown.
+
+At start-up the segments a previous instance with the same owner id left behind are
+removed. Names are ``sglang-mm.<owner_id>.<128 random bits in hex>``; files are
+created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 unless configured.
+
+A byte budget bounds what is held at once (files in /dev/shm, and the mappings of
+staged segments, which outlive their file once read); when a segment does not fit in
+it, or /dev/shm itself is short of space, ``create`` returns None and the caller sends
+the tensor inline. Segments are pre-faulted: a background thread keeps a few files of
+the recently needed size allocated and mapped, so writing a tensor is a plain memory
+copy (or the kernels' own writes) rather than a page fault per 4 KiB.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import re
+import secrets
+import socket
+import stat
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = "/dev/shm"
+NAME_PREFIX = "sglang-mm."
+DEFAULT_MIN_BYTES = 64 * 1024
+DEFAULT_LEASE_S = 60.0
+DEFAULT_MODE = 0o600
+#: The most a server keeps in /dev/shm by default: a quarter of it, at most 2 GiB.
+DEFAULT_BUDGET_CAP = 2 << 30
+#: Left free in /dev/shm for everyone else, whatever the budget says.
+RESERVE_BYTES = 64 << 20
+_OWNER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_MiB = 1 << 20
+
+STAGED, OUT, GONE = "staged", "out", "gone"
+
+
+def namespace_id(directory: str = SHM_DIR) -> str:
+    """``<boot_id>:<st_dev of /dev/shm>``: equal in two processes iff they share the
+    same tmpfs (same host, same /dev/shm), as the workers' GetServerInfo reports it.
+    Empty when it cannot be determined."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot_id = f.read().strip()
+        return f"{boot_id}:{os.stat(directory).st_dev}"
+    except OSError:
+        return ""
+
+
+def default_owner_id(port: int) -> str:
+    """``<host>-<port>``: stable across restarts of one configured server (so a restart
+    removes what the killed instance left), distinct between servers sharing /dev/shm."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40].strip("-") or "host"
+    return f"{host}-{port}"
+
+
+def check_owner_id(owner_id: str) -> str:
+    if not _OWNER.match(owner_id):
+        raise ValueError(f"shm owner id {owner_id!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
+    return owner_id
+
+
+def default_budget(directory: str = SHM_DIR) -> int:
+    try:
+        st = os.statvfs(directory)
+        return max(0, min(DEFAULT_BUDGET_CAP, st.f_blocks * st.f_frsize // 4))
+    except OSError:
+        return 0
+
+
+@dataclass(eq=False)
+class Segment:
+    """One file in /dev/shm holding one tensor's bytes (``nbytes``) from offset 0."""
+
+    name: str
+    nbytes: int
+    accounted: int  # bytes counted against the budget while it lives
+    fd: int
+    map: mmap.mmap | None
+    state: str = STAGED
+    lease_until: float = 0.0
+    handle: str = ""  # the kept result it belongs to, if any
+    owner_id: str = ""
+
+    def buffer(self) -> np.ndarray:
+        """The segment's bytes as a writable uint8 array (while it is mapped)."""
+        if self.map is None:
+            raise ValueError(f"segment {self.name} is not mapped")
+        return np.frombuffer(self.map, dtype=np.uint8, count=self.nbytes)
+
+
+@dataclass
+class ShmCounters:
+    written: int = 0
+    handed_out: int = 0
+    read: int = 0
+    removed: Counter = field(default_factory=Counter)
+    inline_fallbacks: int = 0
+    peak_bytes: int = 0
+
+
+class ShmArena:
+    """This server's segments: create (from a pre-faulted pool), hand out, remove."""
+
+    def __init__(
+        self,
+        owner_id: str,
+        *,
+        budget_bytes: int | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        mode: int = DEFAULT_MODE,
+        directory: str = SHM_DIR,
+        pool_segments: int = 2,
+        clock=time.monotonic,
+    ):
+        self.owner_id = check_owner_id(owner_id)
+        self.directory = directory
+        self.budget = default_budget(directory) if budget_bytes is None else int(budget_bytes)
+        self.lease_s = float(lease_s)
+        self.mode = int(mode)
+        self.namespace_id = namespace_id(directory)
+        self.counters = ShmCounters()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._live: dict[str, Segment] = {}  # every segment counted against the budget
+        self._bytes = 0
+        self._pool: list[Segment] = []  # pre-faulted, unused
+        self._pool_segments = pool_segments
+        self._pool_size = 0  # bytes per pooled segment: the largest recently asked for
+        self._wake = threading.Event()
+        self._closed = False
+        self._filler: threading.Thread | None = None
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    @property
+    def prefix(self) -> str:
+        return f"{NAME_PREFIX}{self.owner_id}."
+
+    def remove_previous(self) -> int:
+        """Start-up: remove the segments a previous instance with this owner id left (regular
+        files of this user only, never following a link)."""
+        n = 0
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return 0
+        for name in names:
+            if not name.startswith(self.prefix) or name in self._live:
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                    os.unlink(path)
+                    n += 1
+            except OSError:
+                continue
+        if n:
+            log.warning("removed %d shared-memory segments a previous instance (owner %s) left", n, self.owner_id)
+            with self._lock:
+                self.counters.removed["startup"] += n
+        return n
+
+    def writable(self) -> bool:
+        """Whether a segment can be created here now (a one-byte probe, removed at once)."""
+        try:
+            seg = self._new_file(1, accounted=0)
+        except OSError as e:
+            log.warning("cannot create a shared-memory segment in %s: %s", self.directory, e)
+            return False
+        self._unmap(seg)
+        _unlink(os.path.join(self.directory, seg.name))
+        os.close(seg.fd)
+        return True
+
+    def close(self) -> None:
+        """Shutdown: remove every segment (unread ones are counted as such) and the pool."""
+        with self._lock:
+            self._closed = True
+            segments = list(self._live.values())
+        self._wake.set()
+        if self._filler is not None:
+            self._filler.join(5)
+        for seg in segments:
+            self._remove(seg, "shutdown", count=seg.state != GONE and seg not in self._pool)
+        with self._lock:
+            self._pool.clear()
+
+    # -- creating ------------------------------------------------------------------------
+
+    def create(self, nbytes: int, handle: str = "") -> Segment | None:
+        """A mapped segment of exactly ``nbytes`` (> 0), or None when the budget or /dev/shm
+        has no room for it (the caller sends the tensor inline)."""
+        nbytes = int(nbytes)
+        if nbytes <= 0:
+            raise ValueError("a segment holds at least one byte")
+        seg = self._from_pool(nbytes)
+        if seg is None:
+            if not self._reserve(nbytes):
+                with self._lock:
+                    self.counters.inline_fallbacks += 1
+                return None
+            try:
+                seg = self._new_file(nbytes, accounted=nbytes)
+            except OSError as e:
+                self._unreserve(nbytes)
+                log.warning("cannot create a shared-memory segment of %d bytes: %s; sending inline", nbytes, e)
+                with self._lock:
+                    self.counters.inline_fallbacks += 1
+                return None
+        seg.handle = handle
+        with self._lock:
+            self._live[seg.name] = seg
+            self.counters.written += 1
+        self._learn(nbytes)
+        return seg
+
+    def _reserve(self, nbytes: int) -> bool:
+        if not self._fits_dev_shm(nbytes):
+            return False
+        with self._lock:
+            if self._closed or self._bytes + nbytes > self.budget:
+                return False
+            self._bytes += nbytes
+            self.counters.peak_bytes = max(self.counters.peak_bytes, self._bytes)
+            return True
+
+    def _unreserve(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes -= nbytes
+
+    def _fits_dev_shm(self, nbytes: int) -> bool:
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= nbytes + RESERVE_BYTES
+
+    def _new_file(self, nbytes: int, accounted: int) -> Segment:
+        name = self.prefix + secrets.token_hex(16)
+        path = os.path.join(self.directory, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self.mode)
+        try:
+            if self.mode != DEFAULT_MODE:
+                os.fchmod(fd, self.mode)  # exactly as configured, whatever the umask
+            try:
+                os.posix_fallocate(fd, 0, nbytes)  # the pages now, not at the first write
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                os.ftruncate(fd, nbytes)
+            m = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            _unlink(path)
+            raise
+        return Segment(name, nbytes, accounted, fd, m, owner_id=self.owner_id)
+
+    # -- the pre-faulted pool --------------------------------------------------------------
+
+    def _from_pool(self, nbytes: int) -> Segment | None:
+        with self._lock:
+            fits = [s for s in self._pool if s.nbytes >= nbytes]
+            if not fits:
+                return None
+            seg = min(fits, key=lambda s: s.nbytes)
+            self._pool.remove(seg)
+        if seg.nbytes != nbytes:
+            try:
+                os.ftruncate(seg.fd, nbytes)  # give the tail back now
+            except OSError:
+                self._remove(seg, "failed", count=False)
+                return None
+            with self._lock:
+                self._bytes -= seg.accounted - nbytes
+            seg.accounted = seg.nbytes = nbytes
+        self._wake.set()
+        return seg
+
+    def _learn(self, nbytes: int) -> None:
+        """Pool segments are the size of the largest tensor recently asked for (rounded up
+        to a MiB), and only if two of them fit in a quarter of the budget."""
+        size = -(-nbytes // _MiB) * _MiB
+        with self._lock:
+            if self._pool_segments <= 0 or size * 2 > self.budget // 4 or size <= self._pool_size:
+                return
+            self._pool_size = size
+            if self._filler is None:
+                self._filler = threading.Thread(target=self._fill, name="shm-prefault", daemon=True)
+                self._filler.start()
+        self._wake.set()
+
+    def _fill(self) -> None:
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    size = self._pool_size
+                    stale = [s for s in self._pool if s.nbytes < size]
+                    need = len([s for s in self._pool if s.nbytes >= size]) < self._pool_segments
+                for s in stale:  # smaller than what is asked for now
+                    with self._lock:
+                        if s in self._pool:
+                            self._pool.remove(s)
+                    self._remove(s, "", count=False)
+                if not need or not self._reserve(size):
+                    break
+                try:
+                    seg = self._new_file(size, accounted=size)
+                except OSError as e:
+                    self._unreserve(size)
+                    log.debug("pre-faulting a shared-memory segment failed: %s", e)
+                    break
+                with self._lock:
+                    if self._closed:
+                        closed = True
+                    else:
+                        closed = False
+                        self._live[seg.name] = seg
+                        self._pool.append(seg)
+                if closed:
+                    self._remove(seg, "", count=False)
+                    return
+
+    # -- handing out and removing --------------------------------------------------------------
+
+    def hand_out(self, seg: Segment, *, keep_mapped: bool = False) -> tuple[str, int, int, str]:
+        """Mark ``seg`` sent: (name, offset, nbytes, owner_id) for its ShmHandle. Its lease
+        starts now. ``keep_mapped``: a kept result still reads its bytes (staged tensors)."""
+        with self._lock:
+            seg.state = OUT
+            seg.lease_until = self._clock() + self.lease_s
+            self.counters.handed_out += 1
+        if not keep_mapped:
+            self._unmap(seg)
+        return seg.name, 0, seg.nbytes, self.owner_id
+
+    def discard(self, seg: Segment, why: str) -> None:
+        """Remove a segment that will not be handed out (or whose payload was not sent)."""
+        self._remove(seg, why, count=True)
+
+    def drop_handle(self, segments, why: str, *, unread_too: bool) -> None:
+        """A kept result left the store: its staged segments go; those it handed out too
+        when ``unread_too`` (an explicit Release: the caller is done with them); its
+        mappings are dropped either way."""
+        for seg in segments:
+            if seg.state == STAGED or (unread_too and seg.state == OUT):
+                self._remove(seg, why, count=True)
+            else:
+                self._unmap(seg)
+                self._settle(seg)
+
+    def reap(self) -> int:
+        """Note what readers removed; remove what outlived its lease. Returns how many were
+        removed here."""
+        now = self._clock()
+        with self._lock:
+            out = [s for s in self._live.values() if s.state == OUT]
+        n = 0
+        for seg in out:
+            if not os.path.lexists(os.path.join(self.directory, seg.name)):
+                with self._lock:
+                    self.counters.read += 1
+                seg.state = GONE
+                self._settle(seg)
+            elif seg.lease_until <= now:
+                self._remove(seg, "lease", count=True)
+                n += 1
+        return n
+
+    def _unmap(self, seg: Segment) -> None:
+        m, seg.map = seg.map, None
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:  # an array still views it; it unmaps when that is freed
+                pass
+
+    def _settle(self, seg: Segment) -> None:
+        """Stop counting a segment whose file is gone and which is no longer mapped here."""
+        if seg.state == GONE and seg.map is None:
+            self._forget(seg)
+
+    def _forget(self, seg: Segment) -> None:
+        with self._lock:
+            if self._live.pop(seg.name, None) is not None:
+                self._bytes -= seg.accounted
+        if seg.fd >= 0:
+            os.close(seg.fd)
+            seg.fd = -1
+
+    def _remove(self, seg: Segment, why: str, *, count: bool) -> None:
+        self._unmap(seg)
+        unread = seg.state != GONE
+        seg.state = GONE
+        if unread:
+            try:
+                os.unlink(os.path.join(self.directory, seg.name))
+            except FileNotFoundError:  # its reader was first
+                unread = False
+                with self._lock:
+                    if count:
+                        self.counters.read += 1
+        if count and unread and why:
+            with self._lock:
+                self.counters.removed[why] += 1
+        self._forget(seg)
+
+    # -- reading the state ---------------------------------------------------------------------
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def stats(self) -> dict:
+        with self._lock:
+            c = self.counters
+            return {
+                "segments": len(self._live) - len(self._pool),
+                "bytes": self._bytes,
+                "peak_bytes": c.peak_bytes,
+                "written": c.written,
+                "handed_out": c.handed_out,
+                "read": c.read,
+                "removed": dict(c.removed),
+                "inline_fallbacks": c.inline_fallbacks,
+            }
+
+    def names(self) -> list[str]:
+        """Files of this owner in /dev/shm now (pool files included)."""
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.startswith(self.prefix))
+        except OSError:
+            return []
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
