@@ -53,23 +53,32 @@ def torchvision_backend_lut(
     ``mean' = float32(mean) * (1/factor)`` and ``std'`` likewise (float32 products), then
     ``(float32(x) - mean') / std'``. One of them alone is applied as is.
     """
+    return torchvision_backend_values(np.arange(256, dtype=np.float32), mean, std, rescale_factor, do_rescale,
+                                      do_normalize)
+
+
+def torchvision_backend_values(
+    x, mean, std, rescale_factor: float = 1 / 255, do_rescale: bool = True, do_normalize: bool = True
+) -> np.ndarray:
+    """float32 [3, len(x)]: ``torchvision_backend_lut``'s arithmetic applied to any float32
+    inputs ``x`` (e.g. a padding value outside 0..255 that is normalized with the image)."""
     mean = np.atleast_1d(np.asarray(mean, dtype=np.float64))
     std = np.atleast_1d(np.asarray(std, dtype=np.float64))
-    x = np.arange(256, dtype=np.float32)
-    lut = np.empty((3, 256), dtype=np.float32)
+    x = np.atleast_1d(np.asarray(x, dtype=np.float32))
+    out = np.empty((3, x.shape[0]), dtype=np.float32)
     inv = np.float32(1.0 / rescale_factor)
     for c in range(3):
         m = np.float32(mean[c % len(mean)])
         s = np.float32(std[c % len(std)])
         if do_rescale and do_normalize:
-            lut[c] = (x - np.float32(m * inv)) / np.float32(s * inv)
+            out[c] = (x - np.float32(m * inv)) / np.float32(s * inv)
         elif do_normalize:
-            lut[c] = (x - m) / s
+            out[c] = (x - m) / s
         elif do_rescale:
-            lut[c] = x * np.float32(rescale_factor)
+            out[c] = x * np.float32(rescale_factor)
         else:
-            lut[c] = x
-    return lut
+            out[c] = x
+    return out
 
 
 # Rescale factors tried when fitting: the HF default as a float64 product (PIL backend,

@@ -553,6 +553,91 @@ def phi3v_set():
                    {"preprocessor_config": d})
 
 
+INKLING_PRESET = "thinkingmachines/Inkling"
+INKLING2_PRESET = "thinkingmachines/Inkling-2-Small-MXFP8"
+INKLING_SIZES = [(1, 1), (13, 7), (39, 39), (40, 40), (41, 41), (40, 80), (80, 40), (79, 121), (300, 500), (500, 300),
+                 (1, 2000), (2000, 1), (20, 3000), (999, 777)]
+INKLING_MODES = ("png_rgba", "png_p_transparency", "png_la", "gif_transparent", "webp_lossless_rgba",
+                 "png_rgba_exif_orientation_6", "jpeg_cmyk", "jpeg_exif_orientation_6", "gif_animated")
+INKLING_DIRS = {
+    "2x-cap-2048": {"rescale_image_frac": 2.0, "rescale_image_max_upscaled_long_edge": 2048},
+    "1.5x-no-cap": {"rescale_image_frac": 1.5, "rescale_image_max_upscaled_long_edge": None},
+    "0.37x": {"rescale_image_frac": 0.37},
+    "bicubic-2x": {"rescale_image_frac": 2.0, "resample": 3},
+    "1.25x-other-stats": {"rescale_image_frac": 1.25, "image_mean": [0.5, 0.25, 0.75], "image_std": [0.2, 0.3, 0.4]},
+}
+INKLING2_DIRS = {
+    "patch-20x30": {"size": {"height": 20, "width": 30}},
+    "clip-stats": {"image_mean": [0.48145466, 0.4578275, 0.40821073],
+                   "image_std": [0.26862954, 0.26130258, 0.27577711]},
+}
+
+
+def inkling_fixture_reference(pre: dict, raws: list[bytes], version: int) -> dict[str, np.ndarray]:
+    """transformers' InklingImageProcessor (version 1) or Inkling2ImageProcessor (2) outputs,
+    and the processor's ids for tests/reference.inkling_prompt (words around one
+    <|unused_200054|> per image, after a <|content_image|> marker for version 1)."""
+    _torch()
+    from reference import inkling_prompt, inkling_reference, reference_input, run_torch_reference
+
+    proc = inkling_reference(pre, version=version)
+    out = run_torch_reference(proc.image_processor, raws)
+    text, _ = inkling_prompt(len(raws), marker=version == 1)
+    ids = proc(images=[reference_input(r) for r in raws], text=[text], return_tensors="pt")
+    out["input_ids"] = ids["input_ids"][0].numpy()
+    return out
+
+
+def _inkling_cases(preset: str, version: int, sizes, dirs: dict):
+    from sglang_mm_grpc.config import resolve
+
+    src = resolve(preset)
+    pre, params = src.preprocessor_config, {"model": preset}
+    for h, w in sizes:
+        for kind in ("noise", "smooth"):
+            recipe = {"make": "png", "h": h, "w": w, "seed": h * 5 + w, "kind": kind}
+            yield case(f"{h}x{w}-{kind}", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
+    for name in INKLING_MODES:
+        recipe = {"make": "mode", "name": name}
+        yield case(f"mode-{name}", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
+    items = [{"make": "png", "h": 40 + 137 * i, "w": 600 - 113 * i, "seed": i, "kind": "noise"} for i in range(4)]
+    items += [{"make": "jpeg", "h": 300, "w": 500, "seed": 9, "kind": "smooth"}, {"make": "mode", "name": "png_rgba"}]
+    recipe = {"make": "list", "items": items}
+    yield case("six-images", recipe, inkling_fixture_reference(pre, build_input(recipe), version), params)
+    recipe = {"make": "jpeg", "h": 2000, "w": 3000, "seed": 3, "kind": "smooth"}
+    yield case("2000x3000-jpeg", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
+    for name, extra in dirs.items():
+        d = {**pre, **extra}
+        for h, w in ((300, 500), (37, 2000), (13, 7), (1080, 1920)):
+            recipe = {"make": "png", "h": h, "w": w, "seed": h + w, "kind": "noise"}
+            yield case(f"dir-{name}-{h}x{w}", recipe, inkling_fixture_reference(d, [build_input(recipe)], version),
+                       {"preprocessor_config": d, "config": src.config})
+
+
+@fixture_set("inkling")
+def inkling_set():
+    """transformers' InklingImageProcessor (torchvision, CPU) and InklingProcessor ids
+    (word tokenizer holding the Inkling special tokens; prompt from
+    tests/reference.inkling_prompt, a <|content_image|> marker before each placeholder) for
+    the thinkingmachines/Inkling preset (no rescale): tiny, thin, odd and 40-px-grid
+    sizes, noise and smooth; Pillow modes with alpha, palette, CMYK, EXIF; a six-image
+    request; a 2000x3000 JPEG; model directories that rescale (2x capped at 2048, as SGLang
+    serves; 1.5x uncapped; 0.37x down; bicubic; other statistics), resizing with torch's
+    uint8 Lanczos. Outputs: pixel_values (digest), num_patches, input_ids."""
+    yield from _inkling_cases(INKLING_PRESET, 1, INKLING_SIZES, INKLING_DIRS)
+
+
+@fixture_set("inkling2")
+def inkling2_set():
+    """transformers' Inkling2ImageProcessor (torchvision, CPU) and Inkling2Processor ids
+    (word tokenizer; prompt from tests/reference.inkling_prompt without markers) for the
+    thinkingmachines/Inkling-2-Small-MXFP8 preset: the same sizes and modes as the inkling
+    set (those with alpha composited onto the processor's checkerboard), a six-image
+    request, a 2000x3000 JPEG, and model directories with 20x30 patches and CLIP
+    statistics. Outputs: pixel_values (digest), image_grid_thw, input_ids."""
+    yield from _inkling_cases(INKLING2_PRESET, 2, INKLING_SIZES, INKLING2_DIRS)
+
+
 # -- command line -------------------------------------------------------------------------
 
 

@@ -81,6 +81,9 @@ def modes_corpus(h: int = 61, w: int = 87) -> dict[str, bytes]:
     out["webp_animated"] = encode(webp_frames[0], "WEBP", save_all=True, append_images=webp_frames[1:])
     for o in range(1, 9):
         out[f"jpeg_exif_orientation_{o}"] = with_exif_orientation(h, w, o, seed=10 + o)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated: the alpha turns with the colours
+    out["png_rgba_exif_orientation_6"] = encode(rgba, "PNG", exif=exif.tobytes())
     return out
 
 

@@ -150,3 +150,69 @@ def run_reference(processor, raws: list[bytes]) -> dict[str, np.ndarray]:
     out = processor([reference_input(r) for r in raws], return_tensors="np")
     return {k: np.asarray(v) for k, v in out.items()}
 
+
+
+#: The Inkling tokenizer's special tokens the processors look up (the tokenizer itself
+#: cannot be downloaded here): image placeholder, audio placeholder and their markers.
+INKLING_TOKENS = {
+    "<|unused_200054|>": 200054,
+    "<|unused_200053|>": 200053,
+    "<|content_image|>": 200005,
+    "<|content_audio_input|>": 200020,
+}
+
+
+def special_word_tokenizer(token_ids: dict[str, int]):
+    """A whitespace word-level tokenizer in which each special token of ``token_ids`` has
+    its id and ``WORDS`` follow the largest one (for prompts like ``word_prompt``'s)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0} | dict(token_ids)
+    vocab.update({w: max(token_ids.values()) + 1 + i for i, w in enumerate(WORDS)})
+    wordlevel = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    wordlevel.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=wordlevel, unk_token="<unk>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(token_ids)})
+    assert tokenizer.convert_tokens_to_ids(list(token_ids)) == list(token_ids.values())
+    return tokenizer
+
+
+def inkling_reference(preprocessor_config: dict, version: int = 1):
+    """The real ``InklingProcessor`` over ``InklingImageProcessor`` (and its audio feature
+    extractor, which the class requires), or with ``version=2`` ``Inkling2Processor`` over
+    ``Inkling2ImageProcessor``; torchvision, so torch is needed. The tokenizer is a word
+    tokenizer holding the Inkling special tokens (``INKLING_TOKENS``)."""
+    import transformers
+
+    skip = ("image_processor_type", "processor_class")
+    kwargs = {k: v for k, v in preprocessor_config.items() if k not in skip}
+    tokenizer = special_word_tokenizer(INKLING_TOKENS)
+    if version == 2:
+        return transformers.Inkling2Processor(image_processor=transformers.Inkling2ImageProcessor(**kwargs),
+                                              tokenizer=tokenizer)
+    from transformers.models.inkling.feature_extraction_inkling import InklingFeatureExtractor
+
+    return transformers.InklingProcessor(feature_extractor=InklingFeatureExtractor(),
+                                         image_processor=transformers.InklingImageProcessor(**kwargs),
+                                         tokenizer=tokenizer)
+
+
+def inkling_prompt(n_images: int, marker: bool = True) -> tuple[str, list[int]]:
+    """Words around ``n_images`` image placeholders, each after its ``<|content_image|>``
+    marker as the chat template renders it (``marker`` False: Inkling 2, no marker), as
+    text for ``inkling_reference`` and as the unexpanded ids a gateway sends."""
+    text, ids = [WORDS[0]], [special_word_ids()[WORDS[0]]]
+    for i in range(n_images):
+        if marker:
+            text.append("<|content_image|>")
+            ids.append(INKLING_TOKENS["<|content_image|>"])
+        word = WORDS[(i + 1) % len(WORDS)]
+        text += ["<|unused_200054|>", word]
+        ids += [INKLING_TOKENS["<|unused_200054|>"], special_word_ids()[word]]
+    return " ".join(text), ids
+
+
+def special_word_ids() -> dict[str, int]:
+    """The ids ``special_word_tokenizer(INKLING_TOKENS)`` gives ``WORDS``."""
+    return {w: max(INKLING_TOKENS.values()) + 1 + i for i, w in enumerate(WORDS)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
+from . import inkling, inkling2, llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
 from .base import PROCESSORS, Family, FieldLayout, ItemPlan
 from .hf_keys import ConfigError
 
@@ -30,6 +30,8 @@ FAMILIES = (
     Entry(phi4mm.matches, phi4mm.config_from_hf, phi4mm.Phi4Multimodal),
     Entry(phi3v.matches, phi3v.config_from_hf, phi3v.Phi3V),
     Entry(llama4.matches, llama4.config_from_hf, llama4.Llama4),
+    Entry(inkling.matches, inkling.config_from_hf, inkling.Inkling),
+    Entry(inkling2.matches, inkling2.config_from_hf, inkling2.Inkling2),
 )
 
 

@@ -40,18 +40,21 @@ class Pairs:
 
     ``reference(src)`` builds the reference from the preset's ``ModelSource``.
     ``fixture()`` is the suite's module-scoped ``pair`` fixture, parametrized by preset
-    when there are several.
+    when there are several. ``options`` go to ``Preprocessor.from_model`` (e.g. a token
+    budget that lets the largest test photos through).
     """
 
-    def __init__(self, presets, reference):
+    def __init__(self, presets, reference, **options):
         self.presets = [presets] if isinstance(presets, str) else list(presets)
         self._reference = reference
+        self._options = options
         self._built: dict = {}
 
     def __call__(self, preset: str | None = None):
         preset = preset or self.presets[0]
         if preset not in self._built:
-            self._built[preset] = (Preprocessor.from_model(preset), self._reference(resolve(preset)))
+            ours = Preprocessor.from_model(preset, **self._options)
+            self._built[preset] = (ours, self._reference(resolve(preset.rpartition("@")[0] or preset)))
         return self._built[preset]
 
     def fixture(self):
