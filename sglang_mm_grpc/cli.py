@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .cli_remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
+from .cli_remote import add_client_security_arguments
 
 
 def _preprocess_local(args) -> int:
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
     add_processor_argument(p, "locally: ")
     add_budget_argument(p)
+    add_client_security_arguments(p)
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 

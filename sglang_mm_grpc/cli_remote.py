@@ -123,6 +123,55 @@ SHM_OPTIONS = (
 )
 
 
+# ServerConfig fields of several processes, replicas, the drain and TLS (docs/SERVICE.md).
+DEPLOY_OPTIONS = (
+    ("--processes", positive_int, "N", "processes",
+     "server processes sharing the port (SO_REUSEPORT); each warms up before the port reports SERVING, "
+     "the first compiles the kernels for the others (default {default}; see docs/SERVICE.md)"),
+    ("--replica-id", str, "ID", "replica_id",
+     "names this replica inside every handle, so Assemble/Release can find the owner (default: HOST-PORT)"),
+    ("--drain-delay", float, "S", "drain_delay_s",
+     "seconds the port keeps serving after SIGTERM while health says NOT_SERVING, so routers move away "
+     "first; then new calls get UNAVAILABLE and calls in flight get --grace (default {default})"),
+    ("--tls-cert", str, "PEM", "tls_cert", "serve TLS with this certificate chain (with --tls-key)"),
+    ("--tls-key", str, "PEM", "tls_key", "the private key of --tls-cert"),
+    ("--tls-client-ca", str, "PEM", "tls_client_ca",
+     "require client certificates signed by this CA (mTLS; needs --tls-cert)"),
+)
+
+
+def add_token_arguments(p, who: str) -> None:
+    """``--auth-token-file`` / ``--auth-token-env`` (``who``: what the token is for)."""
+    p.add_argument("--auth-token-file", metavar="FILE",
+                   help=f"{who} bearer token(s) in this file (one per line)")
+    p.add_argument("--auth-token-env", metavar="VAR",
+                   help=f"{who} bearer token in this environment variable")
+
+
+def add_client_security_arguments(p) -> None:
+    """What ``preprocess --target`` needs to reach a server with TLS and/or a token."""
+    g = p.add_argument_group("with --target: TLS and authentication (docs/SERVICE.md)")
+    g.add_argument("--tls", action="store_true", help="use TLS, trusting the system's CAs (implied by --tls-ca)")
+    g.add_argument("--tls-ca", metavar="PEM", help="trust this CA for the server's certificate")
+    g.add_argument("--tls-cert", metavar="PEM", help="client certificate for mTLS (with --tls-key)")
+    g.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    g.add_argument("--tls-server-name", metavar="NAME", help="expect this name in the server's certificate")
+    add_token_arguments(g, "send the")
+
+
+def client_security(args) -> dict:
+    """``Client`` keyword arguments from ``add_client_security_arguments``'s options."""
+    from .gate import load_tokens
+
+    tokens = load_tokens(getattr(args, "auth_token_file", None), getattr(args, "auth_token_env", None))
+    return dict(
+        tls=bool(getattr(args, "tls", False) or getattr(args, "tls_ca", None) or getattr(args, "tls_cert", None)),
+        tls_ca=getattr(args, "tls_ca", None), tls_cert=getattr(args, "tls_cert", None),
+        tls_key=getattr(args, "tls_key", None), tls_server_name=getattr(args, "tls_server_name", None),
+        token=tokens[0].decode() if tokens else None,
+    )
+
+
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """The ``serve`` subcommand. Unset options keep ``ServerConfig``'s and ``FetchPolicy``'s
     defaults; the help shows them, read from those classes only when help is asked for (the
@@ -153,10 +202,19 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help=argparse.SUPPRESS)
     f.add_argument(
         "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
-        help="allow loopback/private/link-local/... addresses (trusted networks and tests only)",
+        help="allow loopback/private/link-local/... addresses (trusted networks and tests only; cloud metadata "
+        "addresses stay refused)",
+    )
+    f.add_argument(
+        "--allow-metadata-media-hosts", dest="allow_metadata_hosts", action="store_true",
+        help="also allow the cloud metadata addresses 169.254.169.254, fd00:ec2::254 and 100.100.100.200 "
+        "(never needed for images)",
     )
     _add_options(f, (*FETCH_OPTIONS, *REQUEST_OPTIONS))
     _add_options(p.add_argument_group("payload tensors: dtype and shared memory (docs/WIRE_CURRENT.md)"), SHM_OPTIONS)
+    d = p.add_argument_group("processes, replicas, drain, TLS and authentication (docs/SERVICE.md)")
+    _add_options(d, DEPLOY_OPTIONS)
+    add_token_arguments(d, "require a")
     p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
@@ -206,6 +264,8 @@ def serve_defaults() -> dict[str, str]:
     shown["shm_lease_s"] = f"{values['shm_lease_s']:g}"
     shown["shm_mode"] = f"{values['shm_mode']:o}"
     shown["shm_owner_id"] = "HOST-PORT"
+    shown["processes"] = str(values["processes"])
+    shown["drain_delay_s"] = f"{values['drain_delay_s']:g}"
     return shown
 
 
@@ -255,6 +315,7 @@ def run_serve(args) -> int:
             allowed_local_media_path=args.allowed_local_media_path,
             allowed_media_domains=_domains(args.allowed_media_domains),
             allow_private_hosts=args.allow_private_hosts or None,
+            allow_metadata_hosts=args.allow_metadata_hosts or None,
             **_fields(args, FETCH_OPTIONS),
         ))
     except ValueError as e:
@@ -263,9 +324,41 @@ def run_serve(args) -> int:
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS)),
+        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
     ))
+    problem = _deploy_problem(config)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        from .gate import load_tokens
+
+        config.auth_tokens = load_tokens(args.auth_token_file, args.auth_token_env)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return run(config)
+
+
+def _deploy_problem(config) -> str:
+    """What is wrong with the TLS / replica options together, or ""."""
+    from .owners import check_replica_id
+
+    if bool(config.tls_cert) != bool(config.tls_key):
+        return "--tls-cert and --tls-key go together"
+    if config.tls_client_ca and not config.tls_cert:
+        return "--tls-client-ca (mTLS) needs --tls-cert and --tls-key"
+    for path in (config.tls_cert, config.tls_key, config.tls_client_ca):
+        if path and not Path(path).is_file():
+            return f"no such file: {path}"
+    if config.replica_id is not None:
+        try:
+            check_replica_id(config.replica_id)
+        except ValueError as e:
+            return str(e)
+    if config.drain_delay_s < 0:
+        return "--drain-delay must not be negative"
+    return ""
 
 
 def _fields(args, options) -> dict:
@@ -299,6 +392,7 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
     add_budget_argument(p)
+    add_client_security_arguments(p)
     p.add_argument("images", nargs="+", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
     p.set_defaults(func=run_remote_preprocess)
     return p
@@ -322,7 +416,12 @@ def run_remote_preprocess(args) -> int:
         return 2
     ids = parse_ids(getattr(args, "input_ids", None))
     backend = getattr(args, "backend", None)
-    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0) as client:
+    try:
+        security = client_security(args)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0, **security) as client:
         try:
             resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend,
                                      max_image_tokens=getattr(args, "max_image_tokens", None))

@@ -6,6 +6,13 @@
         r.payload.input_ids     # and these into its tokenized.input_ids
 
 Failures raise ``grpc.RpcError`` (``.code()``, ``.details()``) as the server sent them.
+
+Several servers (replicas): ``Client(["10.0.0.5:50061", "10.0.0.6:50061"])``, a
+comma-separated string, or ``Client("mm-headless.ns.svc:50061", resolve=True)`` for every
+address of a DNS name. Preprocess and ListModels go round-robin over the targets whose
+health says SERVING; Assemble and Release go to the replica that owns the handle (named
+in it); one-shot calls need no affinity. TLS (``tls``, ``tls_ca``, ``tls_cert``/``tls_key``
+for mTLS) and a bearer ``token`` apply to every target (``endpoints.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from . import tensors
+from .endpoints import Endpoints
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
@@ -97,18 +105,33 @@ def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.nd
 
 
 class Client:
-    def __init__(self, target: str, *, timeout: float | None = 60.0, max_message_bytes: int = 512 * MiB):
-        self.target = target
+    def __init__(self, target, *, timeout: float | None = 60.0, max_message_bytes: int = 512 * MiB,
+                 tls: bool = False, tls_ca: str | None = None, tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_server_name: str | None = None, token: str | None = None,
+                 resolve: bool = False, health_interval: float = 1.0, channel_options: list | None = None):
+        """``target``: ``"host:port"``, several (a list or comma-separated), or with
+        ``resolve`` a DNS name standing for all its addresses. ``tls``: TLS with the
+        system's CAs (``tls_ca``: trust this CA file instead; ``tls_cert``/``tls_key``:
+        client certificate for mTLS). ``token``: sent as ``authorization: Bearer``.
+        ``channel_options``: more grpc channel arguments, e.g. ``[("grpc.use_local_subchannel_pool",
+        1)]`` for a connection of its own (channels to one target otherwise share one, which
+        ``serve --processes`` then cannot spread over its processes)."""
+        self.target = target if isinstance(target, str) else ",".join(target)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
+        self.endpoints = Endpoints(
             target,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", max_message_bytes),
+                *(channel_options or ()),
             ],
+            tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
+            token=token, resolve=resolve, health_interval=health_interval,
         )
-        self.stub = pb_grpc.MultimodalPreprocessorStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        first = self.endpoints.endpoints[0]
+        self._channel = first.channel  # the first target's (with one target: the only one)
+        self.stub = first.stub
+        self._health = first.health
 
     def preprocess(
         self,
@@ -143,13 +166,13 @@ class Client:
             max_image_tokens=max_image_tokens or 0,
             payload_options=options,
         )
-        return self.stub.Preprocess(req, timeout=self._timeout(timeout))
+        return self.endpoints.call_any("Preprocess", req, self._timeout(timeout))
 
     def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None,
                  options: pb.PayloadOptions | None = None) -> pb.BackendPayload:
         req = pb.AssembleRequest(handle=handle, backend=backend_value(backend), release=release,
                                  payload_options=options)
-        return self.stub.Assemble(req, timeout=self._timeout(timeout)).payload
+        return self.endpoints.call_owner(handle, "Assemble", req, self._timeout(timeout)).payload
 
     def server_info(self, *, timeout: float | None = None) -> pb.GetServerInfoResponse:
         """The server's /dev/shm identity (compare a worker's GetServerInfo.shm_namespace_id
@@ -157,10 +180,18 @@ class Client:
         return self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=self._timeout(timeout))
 
     def release(self, handle: str, *, timeout: float | None = None) -> bool:
-        return self.stub.Release(pb.ReleaseRequest(handle=handle), timeout=self._timeout(timeout)).released
+        return self.endpoints.call_owner(handle, "Release", pb.ReleaseRequest(handle=handle),
+                                         self._timeout(timeout)).released
 
     def list_models(self, *, timeout: float | None = None) -> list[pb.ModelInfo]:
-        return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self._timeout(timeout)).models)
+        return list(self.endpoints.call_any("ListModels", pb.ListModelsRequest(), self._timeout(timeout)).models)
+
+    def stats(self, *, timeout: float | None = None) -> dict[str, pb.GetStatsResponse]:
+        """GetStats of every target (each summed over its processes), by target."""
+        out = {}
+        for ep in list(self.endpoints.endpoints):
+            out[ep.target] = ep.stub.GetStats(pb.GetStatsRequest(), timeout=self._timeout(timeout))
+        return out
 
     def health(self, service: str = "", *, timeout: float | None = 5.0) -> str:
         """SERVING, NOT_SERVING, SERVICE_UNKNOWN or UNKNOWN (raises grpc.RpcError if unreachable)."""
@@ -168,21 +199,26 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
     def wait_until_serving(self, timeout: float = 120.0, *, service: str = "") -> None:
-        """Poll health until SERVING; TimeoutError after ``timeout`` seconds."""
+        """Poll health until every target says SERVING; TimeoutError after ``timeout`` seconds."""
         end = time.monotonic() + timeout
-        last = "unreachable"
+        waiting = {ep.target: "unreachable" for ep in self.endpoints.endpoints}
         while time.monotonic() < end:
-            try:
-                last = self.health(service, timeout=2.0)
-                if last == "SERVING":
-                    return
-            except grpc.RpcError as e:
-                last = e.code().name
+            for ep in list(self.endpoints.endpoints):
+                if ep.target in waiting:
+                    try:
+                        resp = ep.health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2.0)
+                        waiting[ep.target] = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+                    except grpc.RpcError as e:
+                        waiting[ep.target] = e.code().name
+                    if waiting[ep.target] == "SERVING":
+                        del waiting[ep.target]
+            if not waiting:
+                return
             time.sleep(0.1)
-        raise TimeoutError(f"{self.target} not SERVING after {timeout:.0f}s (last: {last})")
+        raise TimeoutError(f"not SERVING after {timeout:.0f}s: {waiting}")
 
     def close(self) -> None:
-        self._channel.close()
+        self.endpoints.close()
 
     def __enter__(self) -> "Client":
         return self

@@ -3,9 +3,14 @@
 Start listening at once with health NOT_SERVING, load every model and warm its kernels
 in the worker pool, warm the gRPC transport (``transport_warmup``), then report
 SERVING. CPU work runs on a thread pool sized to the cores (the kernels release the
-GIL). SIGTERM/SIGINT: health NOT_SERVING first, refuse new RPCs, let in-flight ones
-finish within the grace period, exit 0. Counters are served by GetStats and, with
-``metrics_port``, as Prometheus text over HTTP.
+GIL). SIGTERM/SIGINT: health NOT_SERVING at once, keep serving for ``drain_delay_s``
+(routers and Kubernetes see NOT_SERVING and move away), then refuse new RPCs with
+UNAVAILABLE (``gate.py``), let in-flight ones finish within the grace period, exit 0.
+Counters are served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
+With TLS files the port speaks TLS (mTLS with a client CA); with tokens every call but
+health needs ``authorization: Bearer <token>``. One process of ``serve --processes N``
+(``processes.py``) shares the port (SO_REUSEPORT), binds it only once warm, and reaches
+its siblings over Unix sockets (``siblings.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import functools
 import logging
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -31,7 +37,10 @@ from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_I
 from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
+from . import calls, owners
+from .gate import Gate, server_credentials
 from .servicer import SERVICE_NAME, PreprocessorServicer
+from .siblings import Siblings
 from .shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
 from .store import HandleStore
 from .transport import Transport, default_min_bytes, default_transport
@@ -97,6 +106,22 @@ class ServerConfig:
     # Names this instance's segments (None: <host>-<port>); a restart with the same id
     # removes what the previous instance left.
     shm_owner_id: str | None = None
+    # Processes sharing the port (serve --processes; processes.py). This process's index
+    # among them, and the private directory of their Unix sockets (set by the supervisor).
+    processes: int = 1
+    process_index: int = 0
+    sibling_dir: str | None = None
+    # Names this replica inside every handle (None: <host>-<port>, see owners.py).
+    replica_id: str | None = None
+    # Seconds the port keeps serving after SIGTERM while health says NOT_SERVING.
+    drain_delay_s: float = 0.0
+    # TLS: certificate chain and key (PEM files); with a client CA, clients must present
+    # a certificate it signed (mTLS).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # Accepted bearer tokens (gate.load_tokens); None: no authentication.
+    auth_tokens: list | None = field(default=None, repr=False)
 
 
 class Server:
@@ -123,10 +148,20 @@ class Server:
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
+        self.gate = Gate(tokens=config.auth_tokens)
+        self.siblings = (
+            Siblings(config.process_index, config.processes, config.sibling_dir, config.max_send_bytes)
+            if config.processes > 1 and config.sibling_dir else None
+        )
+        # A process of serve --processes binds only once warm (load(); before_listen).
+        self.before_listen = None
+        self._deferred = config.processes > 1
 
     async def start(self) -> int:
-        """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port."""
+        """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port
+        (a process of ``serve --processes`` binds at the end of ``load`` instead: None)."""
         cfg = self.config
+        calls.install_log_filter()
         # The fetcher's connection pool and concurrency cap belong to this event loop.
         self.fetcher = MediaFetcher(cfg.fetch_policy)
         self.servicer = PreprocessorServicer(
@@ -137,13 +172,18 @@ class Server:
             metrics=self.metrics,
             stats_parts=self._stats_parts,
             transport=self.transport,
+            forward=self.siblings.forward if self.siblings else None,
+            merge_stats=self.siblings.stats if self.siblings else None,
         )
         server = grpc.aio.server(
+            interceptors=[self.gate],
             options=[
                 ("grpc.max_receive_message_length", cfg.max_receive_bytes),
                 ("grpc.max_send_message_length", cfg.max_send_bytes),
-                ("grpc.so_reuseport", 0),  # a taken port is an error, not a shared one
-            ]
+                # A taken port is an error, not a shared one; the processes of one
+                # serve --processes share theirs (the supervisor has checked it was free).
+                ("grpc.so_reuseport", 1 if cfg.processes > 1 else 0),
+            ],
         )
         _add_servicer(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -152,29 +192,53 @@ class Server:
         )
         for name in ("", SERVICE_NAME):
             await self.health.set(name, NOT_SERVING)
-        try:
-            port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
-        except RuntimeError as e:  # grpc raises this when the bind fails
-            raise OSError(f"cannot listen on {cfg.host}:{cfg.port}: {e}") from None
-        if port == 0:
-            raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
-        await server.start()
-        self._server, self.port = server, port
-        self._open_shm(port)
+        self._credentials = (
+            server_credentials(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert or cfg.tls_key else None
+        )
+        self._server = server
+        if not self._deferred:
+            await self._listen()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         if cfg.metrics_port:
             from .exporter import MetricsEndpoint
 
+            metrics_port = cfg.metrics_port + cfg.process_index  # one per process of serve --processes
             try:
-                self.metrics_endpoint = MetricsEndpoint(cfg.host, cfg.metrics_port, self.servicer.snapshot)
+                self.metrics_endpoint = MetricsEndpoint(cfg.host, metrics_port, self.servicer.snapshot)
             except OSError as e:
-                raise OSError(f"cannot serve metrics on {cfg.host}:{cfg.metrics_port}: {e}") from None
+                raise OSError(f"cannot serve metrics on {cfg.host}:{metrics_port}: {e}") from None
             log.info("metrics on http://%s:%d/metrics", cfg.host, self.metrics_endpoint.port)
         log.info(
-            "listening on %s:%d (%d workers, at most %d requests in flight); loading models",
-            cfg.host, port, self.workers, self.max_in_flight,
+            "%s %s:%s%s (%d workers, at most %d requests in flight); loading models",
+            "will listen on" if self._deferred else "listening on", cfg.host,
+            cfg.port if self.port is None else self.port, " with TLS" if self._credentials else "",
+            self.workers, self.max_in_flight,
         )
-        return port
+        return self.port
+
+    async def _listen(self) -> None:
+        """Bind the port (and a sibling's Unix socket), start answering, name the owner."""
+        cfg, server = self.config, self._server
+        address = f"{cfg.host}:{cfg.port}"
+        try:
+            if self._credentials is not None:
+                port = server.add_secure_port(address, self._credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError:  # grpc raises this when the bind fails
+            port = 0
+        if port == 0:
+            raise OSError(_bind_failure(cfg.host, cfg.port))
+        if self.siblings is not None:
+            server.add_insecure_port(self.siblings.own_address)
+        await server.start()
+        self.port = port
+        owner = owners.Owner(owners.check_replica_id(cfg.replica_id or owners.default_replica_id(port)),
+                             cfg.process_index)
+        self.store.set_owner(str(owner))
+        self.servicer.owner = owner
+        self.gate.owner_metadata = ((owners.METADATA_KEY, str(owner)),)
+        self._open_shm(port)
 
     def _open_shm(self, port: int) -> None:
         """The shared-memory segments, once the port (part of the default owner id) is
@@ -233,6 +297,10 @@ class Server:
                 await warm_transport()
             except Exception as e:  # only the first large response is slower without it
                 log.warning("gRPC transport warm-up skipped: %s", e)
+        if self._deferred:  # warm now: join the shared port when the supervisor says so
+            if self.before_listen is not None:
+                await self.before_listen()
+            await self._listen()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, SERVING)
         log.info("serving %s", ", ".join(self.preprocessors))
@@ -252,15 +320,24 @@ class Server:
         log.info("loaded %s (%s, %s)", pp.name, pp.info["family"], pp.info["reference_processor"])
         return pp
 
-    async def stop(self, grace: float | None = None) -> None:
-        """NOT_SERVING first, then refuse new RPCs and wait for in-flight ones."""
+    async def stop(self, grace: float | None = None, drain_delay: float = 0.0) -> None:
+        """NOT_SERVING at once; keep serving for ``drain_delay`` seconds; then answer new
+        RPCs UNAVAILABLE and give the ones in flight ``grace`` seconds to finish."""
         await self.health.enter_graceful_shutdown()
+        grace = self.config.grace_s if grace is None else grace
+        if drain_delay > 0 and self.port is not None:
+            log.info("NOT_SERVING; still answering for %.1fs (--drain-delay)", drain_delay)
+            await asyncio.sleep(drain_delay)
+        self.gate.closing = True  # from here new calls get UNAVAILABLE, never a closed port
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
         if self._server is not None:
-            await self._server.stop(self.config.grace_s if grace is None else grace)
+            end = time.monotonic() + grace
+            while self.gate.active > 0 and time.monotonic() < end:  # in flight: running or sending
+                await asyncio.sleep(0.02)
+            await self._server.stop(max(0.0, end - time.monotonic()))
         if self.servicer is not None:
             # Past the grace period: work still running stops at its next image.
             self.servicer.cancel_all()
@@ -272,6 +349,8 @@ class Server:
         )
         if self.fetcher is not None:
             await self.fetcher.aclose()
+        if self.siblings is not None:
+            await self.siblings.close()
         if self.transport.arena is not None:
             self.transport.arena.close()  # every segment still here goes, read or not
 
@@ -282,12 +361,14 @@ class Server:
             self.store.sweep()
 
 
-async def serve(config: ServerConfig) -> int:
-    """Run until SIGTERM or SIGINT; returns the process exit code."""
+async def serve(config: ServerConfig, *, before_listen=None, signals=(signal.SIGTERM, signal.SIGINT)) -> int:
+    """Run until SIGTERM or SIGINT; returns the process exit code. ``before_listen``: what
+    a process of ``serve --processes`` awaits, warm, before it joins the shared port."""
     server = Server(config)
+    server.before_listen = before_listen
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
@@ -306,12 +387,35 @@ async def serve(config: ServerConfig) -> int:
         code = 1
     else:
         await stopping
-        log.info("signal received: draining (up to %.0fs)", config.grace_s)
+        log.info("signal received: draining (NOT_SERVING; answering for %gs, then up to %gs for calls in flight)",
+                 config.drain_delay_s, config.grace_s)
         code = 0
     stopping.cancel()
-    await server.stop()
+    await server.stop(drain_delay=config.drain_delay_s if code == 0 else 0.0)
     log.info("stopped")
     return code
+
+
+def _bind_failure(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, in words that say what to do (grpc only says it failed)."""
+    import errno
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, port))
+    except socket.gaierror as e:
+        return f"cannot listen on {host}:{port}: unknown host ({e.strerror}); pass --host with an address of this machine"
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return f"{host}:{port} is in use; stop the other server or pass --port (0 picks a free port)"
+        if e.errno == errno.EADDRNOTAVAIL:
+            return f"cannot listen on {host}:{port}: not an address of this machine; pass --host"
+        if e.errno == errno.EACCES:
+            return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need privileges); pass --port"
+        return f"cannot listen on {host}:{port}: {e.strerror}"
+    return f"cannot listen on {host}:{port}"
 
 
 def default_threads() -> int:
@@ -320,6 +424,10 @@ def default_threads() -> int:
 
 
 def run(config: ServerConfig) -> int:
+    if config.processes > 1 and config.sibling_dir is None:  # the supervisor of serve --processes N
+        from .processes import supervise
+
+        return supervise(config)
     if config.tune_malloc:  # before any worker thread exists
         tune_for_large_tensors()
     return asyncio.run(serve(config))

@@ -22,6 +22,7 @@ from typing import Awaitable, Callable, Mapping, Sequence
 import grpc
 
 from . import assemble as asm
+from . import calls, owners
 from . import tensors
 from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
@@ -82,10 +83,21 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         metrics: Metrics | None = None,
         stats_parts: Callable[[], dict] | None = None,
         transport: Transport | None = None,
+        owner: "owners.Owner | None" = None,
+        forward: Callable | None = None,
+        merge_stats: Callable | None = None,
     ):
         """``max_in_flight``: Preprocess/Assemble calls at once (past it: RESOURCE_EXHAUSTED).
         ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store).
-        ``transport``: payload dtype/SHM defaults, the shared-memory segments and the send limit."""
+        ``transport``: payload dtype/SHM defaults, the shared-memory segments and the send limit.
+        ``owner``: this process's owner id (the store's handles name it); with it, Assemble
+        and Release of another replica's handle answer FAILED_PRECONDITION naming the owner,
+        and of another process's handle go to ``forward(process, method, request, context)``
+        (-> the owner's serialized response). ``merge_stats(own, context)``: GetStats for the
+        whole replica (``siblings.py``)."""
+        self.owner = owner
+        self._forward = forward
+        self._merge_stats = merge_stats
         self.store = store
         self.transport = transport or Transport(None)
         self.executor = executor
@@ -113,7 +125,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         return await self._run(context, rec, self._assemble, request, context, admit=True)
 
     async def Release(self, request: pb.ReleaseRequest, context) -> pb.ReleaseResponse:
-        return await self._run(context, RequestRecord("Release", handle=request.handle), self._release, request)
+        return await self._run(context, RequestRecord("Release", handle=request.handle), self._release, request,
+                               context)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
         return await self._run(context, RequestRecord("ListModels"), self._list_models)
@@ -124,7 +137,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
 
     async def GetStats(self, request: pb.GetStatsRequest, context) -> pb.GetStatsResponse:
         """Not counted or logged itself (monitoring polls it)."""
-        return stats_response(self.snapshot())
+        resp = stats_response(self.snapshot())
+        return resp if self._merge_stats is None else await self._merge_stats(resp, context)
 
     def snapshot(self) -> Snapshot:
         """Every counter now: this servicer's, the models' work, and ``stats_parts``."""
@@ -171,7 +185,16 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
         rec.stages_ms["assemble"] = done.assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - done.work_ms)
+        if deadline.at is not None and time.monotonic() >= deadline.at:
+            # The client's deadline is never later than ours: it has given up, so the
+            # handle could never reach it.
+            self._drop_kept(done)
+            raise PreprocessError(Code.DEADLINE_EXCEEDED, "deadline exceeded as the result was ready; nothing kept")
         rec.handle = done.handle
+        call = calls.CURRENT.get()
+        if done.handle and call is not None:
+            call.handle = done.handle
+            call.on_lost.append(functools.partial(self._drop_kept, done.handle))
         return done.response
 
     def _work(self, job: "_Job", *, cancel: threading.Event) -> "_Done":
@@ -240,6 +263,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         backend = asm.parse_backend(request.backend)
         rec.backend = asm.BACKEND_NAMES[backend]
         resolved = self.transport.resolve(request.payload_options, backend)
+        routed = await self._route(request.handle, "Assemble", request, context)
+        if routed is not None:
+            return routed
         kept = self.store.get(request.handle)
         if kept is None:
             why = self.store.why_missing(request.handle)
@@ -270,7 +296,30 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
         return data
 
-    async def _release(self, request: pb.ReleaseRequest, **_) -> pb.ReleaseResponse:
+    async def _route(self, handle: str, method: str, request, context):
+        """None when this process may own ``handle``; else the owner's answer (a sibling's
+        serialized response), or FAILED_PRECONDITION naming another replica."""
+        owner = owners.owner_of(handle) if self.owner is not None else None
+        if owner is None or owner == self.owner:
+            return None
+        if owner.replica != self.owner.replica:
+            raise PreprocessError(
+                Code.FAILED_PRECONDITION,
+                f"handle {owners.short(handle)} belongs to replica {owner.replica} (process {owner.process}), "
+                f"not to this one ({self.owner.replica}): send {method} to replica {owner.replica}",
+            )
+        if self._forward is None:
+            raise PreprocessError(
+                Code.NOT_FOUND,
+                f"handle {owners.short(handle)} names process {owner.process} of this replica, which runs one "
+                "process: call Preprocess again",
+            )
+        return await self._forward(owner.process, method, request, context)
+
+    async def _release(self, request: pb.ReleaseRequest, context=None, **_) -> pb.ReleaseResponse:
+        routed = await self._route(request.handle, "Release", request, context)
+        if routed is not None:
+            return routed
         kept = self.store.pop(request.handle)
         if kept is not None:
             # the caller is done: its segments go, read or not (readers first, else here)
@@ -368,6 +417,12 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """Run one RPC: admission (``admit``), status mapping, counters and its log line."""
         self.metrics.started_call(rec.method)
         code, message, ticket, finished = "OK", "", None, False
+        call = calls.Call(rec.method)
+        calls.CURRENT.set(call)  # still set when grpc sends the response (see calls.py)
+        on_done = getattr(context, "add_done_callback", None)
+        if on_done is not None:
+            # a handle kept for a call grpc reports cancelled after its handler returned
+            on_done(lambda ctx: call.lose("the call was cancelled") if call.on_lost and _cancelled(ctx) else None)
 
         def finish() -> None:  # before abort, which sends the status at once
             nonlocal finished
@@ -414,6 +469,13 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         finally:
             if not finished:
                 finish()
+
+
+def _cancelled(context) -> bool:
+    try:
+        return bool(context.cancelled())
+    except Exception:
+        return False
 
 
 def _timed(fn, *args):

@@ -6,7 +6,8 @@ and the least recently used entries go first when a new one needs room. Thread-s
 A short memory of handles that left the store says why a lookup missed, so a caller
 is told "expired" or "evicted" instead of just "unknown". ``on_drop(value, why)`` hears
 of every entry the store itself drops (expired or evicted; ``pop`` returns the value to
-its caller instead), after the lock is released.
+its caller instead), after the lock is released. With an ``owner`` (``owners.py``)
+every handle ends with ``@owner``, so any process can tell whose it is.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class HandleStore(Generic[V]):
         clock: Callable[[], float] = time.monotonic,
         remember: int = 4096,
         on_drop: Callable[[V, str], None] | None = None,
+        owner: str = "",
     ):
         if max_bytes <= 0 or max_items <= 0 or ttl_s <= 0:
             raise ValueError("max_bytes, max_items and ttl_s must be positive")
@@ -63,6 +65,7 @@ class HandleStore(Generic[V]):
         self.max_items = int(max_items)
         self.ttl_s = float(ttl_s)
         self._clock = clock
+        self._suffix = f"@{owner}" if owner else ""
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry[V]] = OrderedDict()  # oldest use first
         self._bytes = 0
@@ -74,12 +77,16 @@ class HandleStore(Generic[V]):
         self._on_drop = on_drop
         self._dropped: list[tuple[V, str]] = []  # under the lock; reported after it
 
+    def set_owner(self, owner: str) -> None:
+        """Name ``owner`` in the handles made from now on (known once the port is bound)."""
+        self._suffix = f"@{owner}" if owner else ""
+
     def put(self, value: V, nbytes: int) -> str:
         """Keep ``value`` (accounted as ``nbytes``); returns its new handle."""
         nbytes = int(nbytes)
         if nbytes > self.max_bytes:
             raise TooLarge(f"{nbytes} bytes exceed the handle store's capacity of {self.max_bytes} bytes")
-        handle = secrets.token_hex(16)
+        handle = secrets.token_hex(16) + self._suffix
         with self._lock:
             now = self._clock()
             self._expire(now)

@@ -89,6 +89,10 @@ LAYERS: dict[str, dict[str, list[str]]] = {
     "service": {  # the gRPC servicer, the handle store, admission
         "modules": [
             "sglang_mm_grpc.servicer", "sglang_mm_grpc.store", "sglang_mm_grpc.admission",
+            # owners: which replica and process a handle belongs to (the store names it in handles)
+            "sglang_mm_grpc.owners",
+            # calls: a call's state after its handler returned (a response the client never got)
+            "sglang_mm_grpc.calls",
             # transport: a call's payload options against the server's defaults, staging, kept segments
             "sglang_mm_grpc.transport",
         ],
@@ -103,6 +107,12 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.transport_warmup",
             "sglang_mm_grpc.exporter",
             "sglang_mm_grpc.allocator",
+            # gate: the interceptor every call passes (token, drain refusal, owner tag), TLS files
+            "sglang_mm_grpc.gate",
+            # siblings: the other processes of serve --processes (forwarding, summed GetStats)
+            "sglang_mm_grpc.siblings",
+            # processes: the supervisor of serve --processes (shared port, warm-up order, restarts)
+            "sglang_mm_grpc.processes",
         ],
         "may_import": ["service", "wire", "config", "driver", "families", "media", "base", "kernels"],
         "third_party": ["grpc", "grpc_health", "grpc_reflection", "prometheus_client", "numpy"],
@@ -113,6 +123,8 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.cli",
             "sglang_mm_grpc.cli_remote",
             "sglang_mm_grpc.client",
+            # endpoints: the client's targets (several replicas, health, owner routing, TLS, token)
+            "sglang_mm_grpc.endpoints",
         ],
         "may_import": ["server", "service", "wire", "config", "driver", "families", "media", "base", "kernels"],
         "third_party": [

@@ -63,4 +63,4 @@ def test_taken_port_fails_startup(server):
     port = server.rsplit(":", 1)[1]
     r = run_cli("serve", "--port", port, "--model", QWEN2)
     assert r.returncode == 1
-    assert "cannot listen" in r.stderr
+    assert "in use" in r.stderr
