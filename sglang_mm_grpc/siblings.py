@@ -91,17 +91,19 @@ class Siblings:
 
     async def stats(self, own: pb.GetStatsResponse, context) -> pb.GetStatsResponse:
         """``own`` summed with every sibling's counters (unless asked for one process)."""
-        if _metadata(context).get(SCOPE) == "process" or self.count == 1:
+        md = _metadata(context)
+        if md.get(SCOPE) == "process" or self.count == 1:
             _add_trailing(context, ((PROCESSES, "1"),))
             return own
         others = [i for i in range(self.count) if i != self.index]
+        outgoing = [(SCOPE, "process")] + ([(AUTHORIZATION, md[AUTHORIZATION])] if AUTHORIZATION in md else [])
 
         async def one(i: int):
             stub = self._channel(i).unary_unary(
                 f"/{SERVICE_NAME}/GetStats", request_serializer=lambda m: m.SerializeToString(),
                 response_deserializer=pb.GetStatsResponse.FromString,
             )
-            return await stub(pb.GetStatsRequest(), timeout=_STATS_TIMEOUT_S, metadata=[(SCOPE, "process")])
+            return await stub(pb.GetStatsRequest(), timeout=_STATS_TIMEOUT_S, metadata=outgoing)
 
         answers = await asyncio.gather(*(one(i) for i in others), return_exceptions=True)
         parts = [own] + [a for a in answers if isinstance(a, pb.GetStatsResponse)]

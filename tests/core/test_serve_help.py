@@ -56,6 +56,7 @@ NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "st
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
            ("--max-images", ServerConfig, "max_images"), ("--max-image-tokens", ServerConfig, "max_image_tokens"),
            ("--max-redirects", FetchPolicy, "max_redirects"),
+           ("--processes", ServerConfig, "processes"), ("--drain-delay", ServerConfig, "drain_delay_s"),
            ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches")]
 
 

@@ -218,3 +218,53 @@ def test_kernels_compile_once(tmp_path):
     assert sum("[cache] data saved" in line for line in before) > 0
     assert sum("[cache] data saved" in line for line in after) == 0
     assert sum("[cache] data loaded" in line for line in after) > 0
+
+
+def test_processes_with_tls_and_a_token(tmp_path):
+    """Forwarding and the summed GetStats carry the caller's token between processes."""
+    from certs import make_ca
+
+    ca = make_ca(tmp_path, "ca")
+    cert = ca.issue(tmp_path, "server")
+    token = "tok-" + "x" * 20
+    s = Server(tmp_path, "--processes", "2", "--tls-cert", str(cert.cert), "--tls-key", str(cert.key),
+               "--auth-token-env", "MM_TOKEN", models=[QWEN2], env={"MM_TOKEN": token}, wait=False, name="tls-procs")
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.cert.read_bytes())
+    md = [("authorization", f"Bearer {token}")]
+    channels = []
+    try:
+        def serving():
+            with grpc.secure_channel(s.target, creds) as ch:
+                try:
+                    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+                    r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    return r.status == health_pb2.HealthCheckResponse.SERVING
+                except grpc.RpcError:
+                    return False
+
+        assert wait_until(lambda: serving() or not s.alive(), 120) and s.alive(), s.log_text()[-3000:]
+        found: dict[str, grpc.Channel] = {}
+        for _ in range(64):
+            ch = grpc.secure_channel(s.target, creds, [("grpc.use_local_subchannel_pool", 1)])
+            channels.append(ch)
+            _, call = pb_grpc.MultimodalPreprocessorStub(ch).ListModels.with_call(
+                pb.ListModelsRequest(), metadata=md, timeout=30)
+            found.setdefault(dict(call.trailing_metadata())[owners.METADATA_KEY], ch)
+            if len(found) == 2:
+                break
+        assert len(found) == 2
+        a, b = (pb_grpc.MultimodalPreprocessorStub(ch) for ch in found.values())
+        kept = a.Preprocess(_request(seed=5), metadata=md, timeout=30)
+        r = b.Assemble(pb.AssembleRequest(handle=kept.handle, backend=pb.BACKEND_VLLM, release=True), metadata=md,
+                       timeout=30)
+        assert list(r.payload.input_ids) == list(kept.input_ids)
+        stats, call = b.GetStats.with_call(pb.GetStatsRequest(), metadata=md, timeout=30)
+        assert dict(call.trailing_metadata())[PROCESSES] == "2" and stats.requests["Preprocess"] == 1
+        with pytest.raises(grpc.RpcError) as e:
+            b.GetStats(pb.GetStatsRequest(), timeout=30)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        for ch in channels:
+            ch.close()
+        assert s.stop() == 0
