@@ -164,7 +164,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
         rec.images = len(request.images)
         input_ids = list(request.input_ids) if request.input_ids else None
-        resolved = self.transport.resolve(request.payload_options, backend)
+        resolved = self.transport.resolve(request.payload_options, backend, len(request.images))
         pp.check_request(len(request.images), input_ids)  # before any fetch
         sources = _sources(request)
         deadline.check("fetching")

@@ -87,8 +87,9 @@ class Transport:
         self.min_bytes = int(min_bytes)
         self.max_send_bytes = max_send_bytes
 
-    def resolve(self, options: pb.PayloadOptions, backend: int | None) -> Resolved:
-        """``options`` for a payload to ``backend`` (None: not known yet, a two-phase Preprocess)."""
+    def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int = 0) -> Resolved:
+        """``options`` for a payload to ``backend`` (None: not known yet, a two-phase Preprocess)
+        of ``images`` images (0: not known)."""
         dtype = asm.parse_pixel_dtype(options.pixel_dtype)
         if options.transport and options.transport not in TRANSPORTS:
             raise PreprocessError(Code.INVALID_ARGUMENT,
@@ -105,8 +106,10 @@ class Transport:
                               and options.shm_namespace_id == self.arena.namespace_id))
         name = asm.BACKEND_NAMES.get(backend) if backend else None
         wire_options = asm.WireOptions(dtype, shm, min_bytes, shm_required=named == "shm")
-        stage = shm and (name is None or name in asm.SHM_BACKENDS) and \
-            (dtype or (asm.DEFAULT_PIXEL_DTYPE[name] if name else "float32")) == "float32"
+        # staged only where a payload can hand the whole float32 tensor out: vLLM's pixel
+        # values, or TokenSpeed's one item (several items are several segments)
+        whole = name is None or name == "vllm" or (name == "tokenspeed" and images == 1)
+        stage = shm and whole and (dtype or (asm.DEFAULT_PIXEL_DTYPE[name] if name else "float32")) == "float32"
         return Resolved(wire_options, stage)
 
     def stager(self, resolved: Resolved) -> "Stager | None":

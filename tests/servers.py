@@ -124,6 +124,32 @@ def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
     raise RuntimeError(f"{target} not SERVING after {timeout}s:\n{proc.log_text()[-4000:]}")
 
 
+#: Owner ids of every server started here: their /dev/shm segments must all be gone once
+#: the servers are (tests/conftest.py checks at the end of the session).
+SHM_OWNERS: set[str] = set()
+
+
+def shm_owners(args, port: int) -> set[str]:
+    """The owner ids a server started with ``args`` names its segments with (with
+    ``--processes N`` each process appends ``-p<i>``)."""
+    from sglang_mm_grpc.shm import default_owner_id
+
+    args = list(args)
+    owner = args[args.index("--shm-owner-id") + 1] if "--shm-owner-id" in args else default_owner_id(port)
+    n = int(args[args.index("--processes") + 1]) if "--processes" in args else 0
+    return {owner} | {f"{owner}-p{i}" for i in range(n)}
+
+
+def leftover_segments(owners=None) -> list[str]:
+    """Files in /dev/shm named by one of ``owners`` (default: every server started here)."""
+    owners = SHM_OWNERS if owners is None else owners
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith("sglang-mm.") and n.split(".")[1] in owners)
+
+
 class Server(Proc):
     """``sglang-mm-grpc serve`` on 127.0.0.1 with ``models`` and ``args``; ``target`` is
     HOST:PORT. Returns once SERVING (``ready_s`` seconds), unless ``wait`` is false."""
@@ -134,6 +160,7 @@ class Server(Proc):
     ):
         self.port = port or free_port()
         self.target = f"127.0.0.1:{self.port}"
+        SHM_OWNERS.update(shm_owners(args, self.port))
         argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), "--workers", str(workers)]
         for m in models:
             argv += ["--model", m]

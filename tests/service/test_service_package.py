@@ -1,6 +1,7 @@
 """A non-editable install ships the generated code, needs no .proto file at run time
-(reflection serves the descriptors compiled into it) and installs no top-level
-``sglang``, ``vllm`` or ``trtllm`` package that would shadow the real ones."""
+(reflection serves the descriptors compiled into it and into smg-grpc-proto) and
+installs no top-level ``sglang``, ``vllm`` or ``trtllm`` package that would shadow the
+real ones."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def test_wheel_install(tmp_path):
             assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING  # nothing loaded yet
             resp = reflect(ch, file_containing_symbol="sglang_mm.v1.MultimodalPreprocessor")
             assert resp.file_descriptor_response.file_descriptor_proto
-            for dep in ("sglang/grpc/scheduler/sglang_scheduler.proto", "vllm/grpc/engine/vllm_engine.proto",
-                        "trtllm/trtllm_service.proto"):
+            # the backends' files, by their upstream names, from the installed smg-grpc-proto
+            for dep in ("sglang_scheduler.proto", "vllm_engine.proto", "trtllm_service.proto",
+                        "tokenspeed_scheduler.proto", "common.proto"):
                 assert reflect(ch, file_by_filename=dep).file_descriptor_response.file_descriptor_proto, dep
     finally:
         proc.kill()

@@ -1,0 +1,182 @@
+"""The shared-memory segments (shm.ShmArena), in-process, against the real /dev/shm and the
+real reader (smg_grpc_servicer.mm_shm, which unlinks what it reads).
+
+Each test uses its own owner id, and removes what it made."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+
+import numpy as np
+import pytest
+from smg_grpc_proto.generated import vllm_engine_pb2
+from smg_grpc_servicer import mm_shm
+
+from sglang_mm_grpc import shm
+from sglang_mm_grpc.kernels import wirecast
+
+MiB = 1 << 20
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def arena():
+    a = shm.ShmArena(f"t{secrets.token_hex(4)}", budget_bytes=64 * MiB, lease_s=5, clock=Clock(), pool_segments=0)
+    yield a
+    a.close()
+    assert a.names() == []
+
+
+def handle_of(seg_tuple) -> vllm_engine_pb2.TensorData:
+    name, offset, nbytes, owner = seg_tuple
+    td = vllm_engine_pb2.TensorData(dtype="float32", shape=[nbytes // 4])
+    td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = name, offset, nbytes, owner
+    return td
+
+
+def test_namespace_id_is_the_servicers():
+    assert shm.namespace_id() == mm_shm.shm_namespace_id() != ""
+
+
+def test_segment_name_mode_and_round_trip(arena):
+    data = np.arange(1000, dtype=np.float32)
+    seg = arena.create(data.nbytes)
+    wirecast.cast_into(data, seg.buffer(), "float32")
+    path = f"/dev/shm/{seg.name}"
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+    assert seg.name == mm_shm.validated_shm_name(seg.name)  # one path component
+    prefix, owner, rand = seg.name.split(".")
+    assert prefix == "sglang-mm" and owner == arena.owner_id and len(rand) == 32 and int(rand, 16) >= 0
+    td = handle_of(arena.hand_out(seg))
+    assert td.shm.owner_id == arena.owner_id and td.shm.nbytes == data.nbytes
+    assert mm_shm.tensor_payload_bytes(td) == data.tobytes()
+    assert not os.path.exists(path)  # the reader unlinked it
+    arena.reap()
+    assert arena.stats()["read"] == 1 and arena.stats()["segments"] == 0 and arena.bytes == 0
+
+
+def test_configured_mode_is_exact_whatever_the_umask():
+    a = shm.ShmArena(f"m{secrets.token_hex(4)}", budget_bytes=MiB, mode=0o640, pool_segments=0)
+    old = os.umask(0o077)
+    try:
+        seg = a.create(16)
+        assert stat.S_IMODE(os.lstat(f"/dev/shm/{seg.name}").st_mode) == 0o640
+    finally:
+        os.umask(old)
+        a.close()
+
+
+def test_lease_removes_what_nobody_read(arena):
+    seg = arena.create(4096)
+    arena.hand_out(seg)
+    arena.reap()
+    assert os.path.exists(f"/dev/shm/{seg.name}")  # within its lease
+    arena._clock.t += 5.1
+    assert arena.reap() == 1
+    assert not os.path.exists(f"/dev/shm/{seg.name}")
+    assert arena.stats()["removed"] == {"lease": 1} and arena.bytes == 0
+
+
+def test_budget_is_never_exceeded(arena):
+    small = shm.ShmArena(f"b{secrets.token_hex(4)}", budget_bytes=MiB, pool_segments=0)
+    try:
+        a = small.create(600_000)
+        assert a is not None
+        assert small.create(600_000) is None  # would pass the budget: the caller sends it inline
+        assert small.stats()["inline_fallbacks"] == 1
+        small.discard(a, "failed")
+        assert small.create(600_000) is not None  # room again
+        assert small.stats()["peak_bytes"] <= MiB
+    finally:
+        small.close()
+
+
+def test_staged_segments_live_with_their_handle(arena):
+    staged = arena.create(4096, handle="h1")
+    out = arena.create(4096, handle="h1")
+    arena.hand_out(out)
+    arena.drop_handle([staged, out], "expired", unread_too=False)
+    assert not os.path.exists(f"/dev/shm/{staged.name}")  # never handed out: gone with its handle
+    assert os.path.exists(f"/dev/shm/{out.name}")  # handed out: its reader or its lease removes it
+    arena.drop_handle([out], "release", unread_too=True)  # an explicit Release: the caller is done
+    assert not os.path.exists(f"/dev/shm/{out.name}")
+    assert arena.stats()["removed"] == {"expired": 1, "release": 1}
+
+
+def test_a_staged_segment_handed_out_stays_mapped_for_its_kept_result(arena):
+    seg = arena.create(4096, handle="h")
+    view = seg.buffer().view(np.float32)
+    view[:] = 7.0
+    td = handle_of(arena.hand_out(seg, keep_mapped=True))
+    assert mm_shm.tensor_payload_bytes(td) == view.tobytes()  # read and unlinked
+    assert float(view[0]) == 7.0  # the kept result still reads it (another Assemble, inline)
+    arena.reap()
+    assert arena.bytes == 4096  # still mapped: still counted
+    arena.drop_handle([seg], "release", unread_too=True)
+    assert arena.bytes == 0
+
+
+def test_shutdown_removes_everything(arena):
+    segs = [arena.create(4096) for _ in range(3)]
+    arena.hand_out(segs[0])
+    arena.close()
+    assert arena.names() == [] and arena.stats()["removed"] == {"shutdown": 3}
+
+
+def test_a_restart_removes_only_its_previous_instances_segments(tmp_path):
+    owner = f"r{secrets.token_hex(4)}"
+    first = shm.ShmArena(owner, budget_bytes=MiB, pool_segments=0)
+    left = [first.create(64) for _ in range(2)]
+    other = shm.ShmArena(f"o{secrets.token_hex(4)}", budget_bytes=MiB, pool_segments=0)
+    kept = other.create(64)
+    target = tmp_path / "target"
+    target.write_bytes(b"x")
+    link = f"/dev/shm/sglang-mm.{owner}.{secrets.token_hex(16)}"
+    os.symlink(target, link)  # a link with our prefix is not ours to follow or remove
+    try:
+        # the first instance "dies" without closing; a new one with its owner id starts
+        second = shm.ShmArena(owner, budget_bytes=MiB, pool_segments=0)
+        assert second.remove_previous() == 2
+        assert not any(os.path.exists(f"/dev/shm/{s.name}") for s in left)
+        assert os.path.lexists(link) and target.read_bytes() == b"x"
+        assert os.path.exists(f"/dev/shm/{kept.name}")  # another owner's
+        assert second.stats()["removed"] == {"startup": 2}
+    finally:
+        os.unlink(link)
+        other.close()
+        for s in left:
+            os.close(s.fd)
+
+
+def test_pool_prefaults_and_truncates_to_size():
+    a = shm.ShmArena(f"p{secrets.token_hex(4)}", budget_bytes=256 * MiB, pool_segments=2)
+    try:
+        first = a.create(3 * MiB + 5)  # learns the size: 4 MiB spares
+        from servers import wait_until
+
+        assert wait_until(lambda: len(a.names()) == 3, 10)
+        seg = a.create(2 * MiB)  # from the pool, cut to size
+        assert os.path.getsize(f"/dev/shm/{seg.name}") == 2 * MiB
+        assert seg.buffer().size == 2 * MiB
+        a.discard(first, "failed")
+        a.discard(seg, "failed")
+    finally:
+        a.close()
+    assert a.names() == []
+
+
+def test_owner_id_is_one_name_component():
+    for bad in ("a/b", "a.b", "", "x" * 65, "../x"):
+        with pytest.raises(ValueError):
+            shm.ShmArena(bad)
+    assert shm.check_owner_id(shm.default_owner_id(50061))
