@@ -37,3 +37,8 @@ def cache_dir(sources: Path, env=os.environ) -> str:
 
 
 numba.config.CACHE_DIR = cache_dir(Path(__file__).resolve().parent)
+
+
+def cached() -> bool:
+    """Whether these kernels were compiled into the cache before (a warm start)."""
+    return any(Path(numba.config.CACHE_DIR).glob("*.nbi"))

@@ -1,14 +1,16 @@
-"""Command line: ``sglang-mm-grpc preprocess | models | serve`` (benchmarks: ``python scripts/bench.py``)."""
+"""Command line: ``sglang-mm-grpc preprocess | models | serve | call`` (benchmarks: ``python scripts/bench.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .cli_call import add_call_parser
 from .cli_remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
 from .cli_remote import add_client_security_arguments
 
@@ -37,11 +39,11 @@ def _preprocess_local(args) -> int:
     ms = (time.perf_counter() - t0) * 1e3
     grids = out.tensors.get("image_grid_thw")
     for i, (path, im, t) in enumerate(zip(args.images, out.images, out.item_timings_ms)):
-        grid = "x".join(map(str, grids[i].tolist())) if grids is not None else "-"
+        grid = " grid " + "x".join(map(str, grids[i].tolist())) if grids is not None else ""
+        work = "cached" if t["cached"] else f"decode {t['decode_ms']:.1f} ms, process {t['process_ms']:.1f} ms"
         print(
-            f"[{i}] {path}: {im.height}x{im.width} -> {im.resized_height}x{im.resized_width} "
-            f"grid {grid} tokens {im.token_count} blake3 {im.hash[:16]} "
-            f"decode {t['decode_ms']:.1f} ms, process {t['process_ms']:.1f} ms"
+            f"[{i}] {path}: HxW {im.height}x{im.width} -> {im.resized_height}x{im.resized_width}{grid}, "
+            f"{im.token_count} tokens, blake3 {im.hash[:16]}, {work}"
         )
     print(
         f"{pp.info['reference_processor']}: "
@@ -64,12 +66,16 @@ def _models(args) -> int:
 
     for name in preset_names():
         info = Preprocessor.from_model(name).info
-        print(f"{name}\tfamily={info['family']}\timage_token_id={info['image_token_id']}\treference={info['reference_processor']}")
+        print(f"{name}\tfamily={info['family']}\tplaceholder_token_id={info['placeholder_token_id']}"
+              f"\treference={info['reference_processor']}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="sglang-mm-grpc", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("preprocess", help="preprocess images (locally, or through a server with --target)")
@@ -77,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
     p.add_argument("--out", help="write every output array to this .npz")
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
-    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="with --target: assemble this backend's payload")
+    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"),
+                   help="with --target: assemble this backend's payload")
+    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16"),
+                   help="with --backend: the pixel tensor's wire dtype (default: the backend's)")
     add_processor_argument(p, "locally: ")
     add_budget_argument(p)
     add_client_security_arguments(p)
@@ -88,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_models)
 
     add_serve_parser(sub)
+    add_call_parser(sub)
     return parser
 
 
@@ -105,7 +115,11 @@ def _preprocess(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

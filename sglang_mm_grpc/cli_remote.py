@@ -16,7 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-_URL = re.compile(r"^(https?://|data:|file://)", re.IGNORECASE)
+# Sent to the server as they are (it refuses schemes it does not fetch); the rest are files read here.
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -180,6 +181,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "serve",
         help="run the gRPC server",
         description="Serve MultimodalPreprocessor (plus gRPC health and reflection).",
+        epilog="built-in presets (served when no --model is given; nothing is downloaded): {presets}",
         formatter_class=_ServeHelpFormatter,
     )
     _add_options(p, SERVER_OPTIONS[:2])  # host, port
@@ -230,11 +232,19 @@ def _add_options(group, options) -> None:
 
 
 class _ServeHelpFormatter(argparse.HelpFormatter):
-    """Puts each option's real default where its help says ``{default}``."""
+    """Puts each option's real default where its help says ``{default}``, and the preset
+    ids where the epilog says ``{presets}`` (read only when help is shown)."""
 
     def _get_help_string(self, action):
         text = super()._get_help_string(action)
         return text.replace("{default}", serve_defaults()[action.dest]) if text and "{default}" in text else text
+
+    def _format_text(self, text):
+        if "{presets}" in text:
+            from .config import preset_names
+
+            text = text.replace("{presets}", ", ".join(preset_names()))
+        return super()._format_text(text)
 
 
 @functools.lru_cache(maxsize=1)
@@ -387,7 +397,9 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("preprocess", help="preprocess images through a running server")
     p.add_argument("--target", required=True, help="HOST:PORT of the server")
     p.add_argument("--model", required=True, help="a served model name (see ListModels)")
-    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm"), help="assemble this backend's payload")
+    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"), help="assemble this backend's payload")
+    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16"),
+                   help="the pixel tensor's wire dtype (default: the backend's)")
     p.add_argument("--input-ids", help="comma-separated token ids, one placeholder per image")
     p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
@@ -407,7 +419,7 @@ def run_remote_preprocess(args) -> int:
     import grpc
     import numpy as np
 
-    from .client import Client, payload_arrays
+    from .client import Client, payload_arrays, payload_options
 
     try:
         sources = [s if _URL.match(s) else Path(s).read_bytes() for s in args.images]
@@ -423,8 +435,10 @@ def run_remote_preprocess(args) -> int:
         return 2
     with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0, **security) as client:
         try:
+            dtype = getattr(args, "pixel_dtype", None)
             resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend,
-                                     max_image_tokens=getattr(args, "max_image_tokens", None))
+                                     max_image_tokens=getattr(args, "max_image_tokens", None),
+                                     options=payload_options(dtype) if dtype else None)
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except grpc.RpcError as e:
@@ -433,9 +447,9 @@ def run_remote_preprocess(args) -> int:
 
     for i, (src, im) in enumerate(zip(args.images, resp.images)):
         print(
-            f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: {im.height}x{im.width} -> "
-            f"{im.resized_height}x{im.resized_width} tokens {im.token_count} "
-            f"at {im.structural_range.offset} blake3 {im.hash[:16]}"
+            f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: HxW {im.height}x{im.width} -> "
+            f"{im.resized_height}x{im.resized_width}, {im.token_count} tokens "
+            f"at {im.structural_range.offset}, blake3 {im.hash[:16]}"
         )
     t = resp.timings
     print(

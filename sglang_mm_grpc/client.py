@@ -17,6 +17,8 @@ for mTLS) and a bearer ``token`` apply to every target (``endpoints.py``).
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -31,6 +33,7 @@ from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
 MiB = 1 << 20
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM,
              "tokenspeed": pb.BACKEND_TOKENSPEED}
 _DTYPES = {"float32": pb.WIRE_DTYPE_FLOAT32, "bfloat16": pb.WIRE_DTYPE_BFLOAT16, "float16": pb.WIRE_DTYPE_FLOAT16,
@@ -65,12 +68,18 @@ def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None 
 
 
 def media_item(image) -> pb.MediaItem:
-    """bytes -> sent as data; ``Path`` -> read here and sent as data; str -> sent as a URL."""
+    """bytes -> sent as data; ``Path`` -> read here and sent as data; str -> sent as it is,
+    for the server to fetch or decode (a URL, a data URL, an absolute path on the server,
+    or base64). A str naming a relative local file is refused here: pass a ``Path``."""
     if isinstance(image, (bytes, bytearray, memoryview)):
         return pb.MediaItem(data=bytes(image))
     if isinstance(image, Path):
         return pb.MediaItem(data=image.read_bytes())
     if isinstance(image, str):
+        if not _SCHEME.match(image) and not image.startswith("/") and os.path.isfile(image):
+            raise ValueError(
+                f"{image!r} is a local file, but a str is sent to the server as a URL, path or base64: "
+                f"pass pathlib.Path({image!r}) (read and sent as bytes) or the bytes themselves")
         return pb.MediaItem(url=image)
     raise TypeError(f"an image is bytes, a pathlib.Path or a URL string, not {type(image).__name__}")
 

@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -65,6 +66,9 @@ class _Admitted:
 class Preprocessor:
     """One model's preprocessing: bytes + token ids in, the HF processor's tensors out."""
 
+    #: What loading the model found that its operator should know (``config.LoadedModel``).
+    notes: tuple[str, ...] = ()
+
     def __init__(
         self,
         family: Family,
@@ -106,7 +110,9 @@ class Preprocessor:
         """A preset id, model directory or ``NAME=DIR``, optionally ``@pil``/``@torchvision``
         (see ``config.load``); ``options`` go to the constructor."""
         loaded = model_config.load(model, name, processor)
-        return cls(loaded.family, name=loaded.name, source=loaded.source, **options)
+        pp = cls(loaded.family, name=loaded.name, source=loaded.source, **options)
+        pp.notes = loaded.notes
+        return pp
 
     @property
     def field_layout(self) -> FieldLayout:
@@ -185,6 +191,7 @@ class Preprocessor:
         for pixel_values (e.g. a shared-memory segment the kernels then write straight
         into), or None to allocate as usual; the cache copies out of such memory."""
         t0 = time.perf_counter()
+        images = _encoded(images)
         prompt = self.check_request(len(images), input_ids)
         cache = self.cache if use_cache else None
         budget = self.token_budget(max_image_tokens)
@@ -295,6 +302,28 @@ def _within(plan: ItemPlan, height: int, width: int, item: int, budget: tuple[in
             item=item,
         )
     return plan
+
+
+def _encoded(images) -> list:
+    """The images as encoded bytes: bytes-like objects as they are, a ``pathlib.Path`` read
+    from disk; anything else (a str above all: a file name, or a URL only the server
+    fetches) is refused naming the image."""
+    if isinstance(images, (bytes, bytearray, memoryview, str, Path)):
+        raise invalid("images is one image, not a list of images: pass [image]")
+    out = []
+    for i, image in enumerate(images):
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            out.append(image)
+        elif isinstance(image, Path):
+            try:
+                out.append(image.read_bytes())
+            except OSError as e:
+                raise invalid(f"cannot read {image}: {e.strerror}", item=i) from None
+        else:
+            shown = f"{type(image).__name__} {image!r:.80}"
+            raise invalid(f"got a {shown}: pass the encoded bytes, or a pathlib.Path to read "
+                          "(URLs are fetched by the server, not by Preprocessor)", item=i)
+    return out
 
 
 def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) -> list[ImageResult]:

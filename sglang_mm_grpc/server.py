@@ -44,6 +44,7 @@ from .siblings import Siblings
 from .shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
 from .store import HandleStore
 from .transport import Transport, default_min_bytes, default_transport
+from .kernels import cached as kernels_cached
 from .kernels import wirecast
 from .transport_warmup import warm_transport
 from .wire import serialize_response
@@ -54,6 +55,8 @@ HealthServicer = health.aio.HealthServicer
 HEALTH_SERVICE_NAME = health.SERVICE_NAME
 
 MiB = 1 << 20
+#: Seconds a cold start compiles per model, roughly (2-core VM; shared kernels make it less per model).
+FIRST_START_S_PER_MODEL = 5
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -285,7 +288,11 @@ class Server:
         """Load and warm every model off the event loop, then report SERVING."""
         specs = self.config.models or preset_names()
         loop = asyncio.get_running_loop()
-        for spec in specs:
+        if not kernels_cached():
+            log.info("compiling kernels (first start only, about %d s for %d model(s); later starts load them "
+                     "from the cache)", FIRST_START_S_PER_MODEL * len(specs), len(specs))
+        for i, spec in enumerate(specs, start=1):
+            log.info("loading %s (%d of %d)", spec, i, len(specs))
             pp = await loop.run_in_executor(self.executor, self._load_one, spec)
             if pp.name in self.preprocessors:
                 raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
@@ -303,7 +310,7 @@ class Server:
             await self._listen()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, SERVING)
-        log.info("serving %s", ", ".join(self.preprocessors))
+        log.info("SERVING on %s:%d: %s", self.config.host, self.port, ", ".join(self.preprocessors))
 
     def _load_one(self, spec: str) -> Preprocessor:
         pp = Preprocessor.from_model(
@@ -318,6 +325,8 @@ class Server:
         )
         pp.warmup()
         log.info("loaded %s (%s, %s)", pp.name, pp.info["family"], pp.info["reference_processor"])
+        for note in pp.notes:
+            log.warning("%s: %s", pp.name, note)
         return pp
 
     async def stop(self, grace: float | None = None, drain_delay: float = 0.0) -> None:

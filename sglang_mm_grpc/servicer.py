@@ -11,6 +11,7 @@ every call is counted and logged as one JSON line (``metrics.py``).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import logging
 import threading
@@ -266,6 +267,12 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         routed = await self._route(request.handle, "Assemble", request, context)
         if routed is not None:
             return routed
+        if not request.handle:
+            raise PreprocessError(
+                Code.INVALID_ARGUMENT,
+                "handle is empty: Preprocess returns a handle when no backend is set, or with keep_handle "
+                "when one is (a one-shot call's payload is already in its response)",
+            )
         kept = self.store.get(request.handle)
         if kept is None:
             why = self.store.why_missing(request.handle)
@@ -341,9 +348,12 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         models = self._ready()
         if not name:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model is required; this server serves: {', '.join(models)}")
-        pp = models.get(name)
+        pp = models.get(name) or {k.lower(): v for k, v in models.items()}.get(name.lower())
         if pp is None:
-            raise PreprocessError(Code.NOT_FOUND, f"unknown model {name!r}; this server serves: {', '.join(models)}")
+            close = difflib.get_close_matches(name.lower(), [k.lower() for k in models], n=1, cutoff=0.6)
+            hint = next((f"did you mean {k!r}? " for k in models if close and k.lower() == close[0]), "")
+            raise PreprocessError(
+                Code.NOT_FOUND, f"unknown model {name!r}; {hint}this server serves: {', '.join(models)}")
         return pp
 
     def _keep(self, kept: Kept) -> str:

@@ -122,6 +122,7 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc",
             "sglang_mm_grpc.cli",
             "sglang_mm_grpc.cli_remote",
+            "sglang_mm_grpc.cli_call",
             "sglang_mm_grpc.client",
             # endpoints: the client's targets (several replicas, health, owner routing, TLS, token)
             "sglang_mm_grpc.endpoints",
