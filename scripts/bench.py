@@ -12,9 +12,11 @@ Sections (each prints its table; all numbers are medians of repeated runs):
              tensor), ours, ours after decode, HF's PIL and torchvision processors
              (when installed); ratios ours/floor and HF/ours. One thread.
   server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
-             what gRPC alone takes to move a payload of that size; throughput of
-             two-phase and Preprocess-only flows from 8 concurrent clients (in two
-             processes) with the server on 1 core vs 2 cores.
+             what gRPC alone takes to move a payload of that size; the same over shared
+             memory (the pixels staged by Preprocess and handed out, or copied into a
+             segment by Assemble), and inline in bfloat16 vs float32 (time and bytes);
+             throughput of two-phase and Preprocess-only flows from 8 concurrent clients
+             (in two processes) with the server on 1 core vs 2 cores.
   startup    time to SERVING with a cold numba cache, then with a warm one (5 fresh
              servers); 1st vs 10th request after SERVING (medians over those servers).
   cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
@@ -295,6 +297,70 @@ def transport_ms(nbytes: int, repeat: int) -> float:
         proc.join(10)
 
 
+def _timed_flows(fn, repeat: int, after=None) -> float:
+    """Median ms of ``fn()``; ``after(result)`` runs untimed (a worker reading its segment)."""
+    after = after or (lambda _r: None)
+    after(fn())
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        r = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        after(r)
+    return statistics.median(times)
+
+
+def _consume(payload) -> None:
+    """What the worker does with a shared-memory payload: read the segment, which removes it."""
+    from smg_grpc_servicer import mm_shm
+
+    td = payload.vllm.pixel_values
+    if td.WhichOneof("payload") == "shm":
+        mm_shm.tensor_payload_bytes(td)
+
+
+def bench_transport(target: str, raw: bytes, repeat: int, inproc: float) -> dict:
+    """Preprocess + Assemble(vLLM) of a new image over shared memory and inline in
+    bfloat16, next to the float32 inline flow; each new image is the same picture with
+    two other trailing bytes, so nothing comes from the cache."""
+    from sglang_mm_grpc.client import Client, payload_options
+
+    shm, bf16 = payload_options(transport="shm"), payload_options("bfloat16")
+    fresh = iter(raw[:-2] + bytes([k % 256, k // 256 % 256]) for k in range(1 << 16))
+    out: dict = {}
+    with Client(target) as c:
+        def two_phase(hint, options):
+            return lambda: c.assemble(c.preprocess(SERVER_MODEL, [next(fresh)], options=hint).handle, "vllm",
+                                      options=options, release=True)
+
+        out["shm_staged_p50_ms"] = _timed_flows(two_phase(shm, shm), repeat, _consume)
+        out["shm_copied_p50_ms"] = _timed_flows(two_phase(None, shm), repeat, _consume)
+        out["shm_one_shot_p50_ms"] = _timed_flows(
+            lambda: c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm", options=shm).payload, repeat, _consume)
+        out["inline_f32_p50_ms"] = _timed_flows(two_phase(None, None), repeat)
+        out["inline_bf16_p50_ms"] = _timed_flows(two_phase(None, bf16), repeat)
+        handle = c.preprocess(SERVER_MODEL, [next(fresh)]).handle
+        out["inline_f32_bytes"] = c.assemble(handle, "vllm").ByteSize()
+        out["inline_bf16_bytes"] = c.assemble(handle, "vllm", options=bf16).ByteSize()
+        shm_payload = c.assemble(handle, "vllm", options=shm, release=True)
+        out["shm_bytes"] = shm_payload.ByteSize()
+        _consume(shm_payload)
+        out["shm_counters"] = {k: v for k, v in (("written", c.server_info().shm.written),
+                                                   ("handed_out", c.server_info().shm.handed_out))}
+    out["shm_staged_over_inprocess"] = out["shm_staged_p50_ms"] / inproc
+    return out
+
+
+def _print_transport(out: dict, inproc: float) -> None:
+    print(f"  Preprocess+Assemble(vLLM, SHM) p50 {out['shm_staged_p50_ms']:.1f} ms = "
+          f"{out['shm_staged_over_inprocess']:.2f}x in-process ({inproc:.1f} ms): the pixels written by the kernels "
+          f"into the segment Preprocess was asked to stage; {out['shm_copied_p50_ms']:.1f} ms when Assemble copies "
+          f"them into a segment; one call with backend set {out['shm_one_shot_p50_ms']:.1f} ms; "
+          f"the payload is {out['shm_bytes']} bytes", flush=True)
+    print(f"  inline: float32 p50 {out['inline_f32_p50_ms']:.1f} ms for {out['inline_f32_bytes'] / 1e6:.1f} MB, "
+          f"bfloat16 p50 {out['inline_bf16_p50_ms']:.1f} ms for {out['inline_bf16_bytes'] / 1e6:.1f} MB", flush=True)
+
+
 def bench_server(repeat: int, seconds: float) -> dict:
     from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.assemble import assemble as build_payload
@@ -304,7 +370,7 @@ def bench_server(repeat: int, seconds: float) -> dict:
     pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
     pp.warmup()
     inproc = median_ms(lambda: pp.preprocess([raw]), repeat)
-    payload = build_payload(pp.preprocess([raw]), "vllm", pp.field_layout).ByteSize()
+    payload = build_payload(pp.preprocess([raw]), "vllm", pp.field_layout).message().ByteSize()
     out: dict = {"image": "1280x720", "inprocess_ms": inproc, "payload_bytes": payload,
                  "transport_ms": transport_ms(payload, repeat)}
     srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0")
@@ -313,12 +379,14 @@ def bench_server(repeat: int, seconds: float) -> dict:
         with Client(srv.target) as c:
             out["p50_ms"] = median_ms(lambda: _two_phase(c, raw), repeat)
             out["one_shot_p50_ms"] = median_ms(lambda: c.preprocess(SERVER_MODEL, [raw], backend="vllm"), repeat)
+        out["transport"] = bench_transport(srv.target, raw, repeat, inproc)
     finally:
         srv.stop()
     out["p50_over_inprocess"] = out["p50_ms"] / inproc
     print(f"  Preprocess+Assemble(vLLM) p50 {out['p50_ms']:.1f} ms vs in-process {inproc:.1f} ms "
           f"= {out['p50_over_inprocess']:.2f}x (one call with backend set: {out['one_shot_p50_ms']:.1f} ms); "
           f"gRPC alone moves the {payload / 1e6:.1f} MB payload in {out['transport_ms']:.1f} ms", flush=True)
+    _print_transport(out["transport"], inproc)
     for cores, workers in (("0", 1), ("0,1", 2)):
         srv = _Server("--model", SERVER_MODEL, "--cache-bytes", "0", "--workers", str(workers), cores=cores)
         try:

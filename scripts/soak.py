@@ -4,14 +4,16 @@
     .venv/bin/python scripts/soak.py                      # 64 clients for 60 s
     .venv/bin/python scripts/soak.py --clients 16 --duration 10
 
-Starts the three stub backends and one server (four models, a small preprocessing cache
+Starts the four stub backends and one server (four models, a small preprocessing cache
 and a bounded handle store so both evict), then runs tests/reliability/loadgen.py: a mix
 of image sizes, models, backends and flows (one-shot, two-phase, handles left behind,
-payloads forwarded to the stubs). Prints throughput, p50/p99 latency, error counts,
+payloads forwarded to the stubs), a third of the vLLM and TokenSpeed ones over shared
+memory (the forwarded ones read by the stubs, the others left to the server's lease). Prints throughput, p50/p99 latency, error counts,
 the store and cache peaks against their bounds, evictions, and the server's RSS curve;
 then sends a burst past the in-flight limit and checks the server is healthy and fast
 again after it.
-Exits 1 when any service error happened, a bound was exceeded, or RSS kept growing.
+Exits 1 when any service error happened, a bound was exceeded, RSS kept growing, or a
+shared-memory segment was left in /dev/shm once the server stopped.
 Only 127.0.0.1 is contacted; every process it starts is stopped at the end.
 """
 
@@ -54,6 +56,15 @@ def overload(server, photos: list[bytes], idle_before: float) -> list[str]:
     return problems
 
 
+def shm_report(server) -> str:
+    from sglang_mm_grpc.client import Client
+
+    with Client(server.target) as c:
+        s = c.server_info().shm
+    return (f"{s.written} segments written, {s.handed_out} handed out, {s.read} read by the stubs, removed unread "
+            f"{dict(s.removed)}, {s.inline_fallbacks} sent inline for want of room, peak {s.peak_bytes / procs.MiB:.0f} MiB")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=64)
@@ -77,6 +88,8 @@ def main() -> int:
         "refused; the burst afterwards goes past it)",
     )
     ap.add_argument("--burst", type=int, default=256, help="calls sent at once after the load, one 768x1024 photo each (0: none)")
+    ap.add_argument("--shm-lease", default="5", help="seconds an unread segment lives (the server's --shm-lease)")
+    ap.add_argument("--no-shm", action="store_true", help="no flows over shared memory")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
@@ -95,13 +108,15 @@ def main() -> int:
                 "--handle-ttl", args.handle_ttl,
                 "--max-in-flight", str(args.max_in_flight or args.clients + args.clients // 4),
                 "--log-level", "WARNING",
+                "--shm-lease", args.shm_lease,
                 models=MODELS,
                 workers=args.workers,
                 env=dict(kv.split("=", 1) for kv in args.server_env),
             )
             print(f"server ready in {server.ready_s:.1f} s (pid {server.pid}, RSS {server.rss_bytes() / procs.MiB:.0f} MiB)")
             idle_before = loadgen.idle_latency(server, procs.QWEN2, SMALL)
-            load = loadgen.Load(server, models=MODELS, clients=args.clients, duration_s=args.duration, images=images, stubs=stubs)
+            load = loadgen.Load(server, models=MODELS, clients=args.clients, duration_s=args.duration, images=images,
+                                stubs=stubs, shm=not args.no_shm)
             results = load.run()
             print(loadgen.report(results))
             problems = loadgen.summary_ok(results)
@@ -111,11 +126,16 @@ def main() -> int:
             plateau = loadgen.rss_plateau(results.samples)
             if plateau["growth"] > max(64 * procs.MiB, args.max_rss_growth * plateau["warm"]):
                 problems.append(f"RSS grew {plateau['growth'] / procs.MiB:.0f} MiB after warm-up")
+            shm = shm_report(server)
             t = time.monotonic()
             rc = server.stop(60)
             print(f"server stopped with exit code {rc} in {time.monotonic() - t:.1f} s")
             if rc != 0:
                 problems.append(f"server exit code {rc}")
+            left = procs.leftover_segments(procs.shm_owners([], server.port))
+            print(f"shared memory: {shm}; left in /dev/shm after the stop: {len(left)}")
+            if left:
+                problems.append(f"{len(left)} shared-memory segments left in /dev/shm: {left[:3]}")
         finally:
             if server is not None:
                 server.stop()

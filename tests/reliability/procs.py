@@ -16,7 +16,8 @@ for _p in (str(TESTS), str(TESTS / "service")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from servers import BACKENDS, Server, free_port, run_cli, start_stubs, wait_until  # noqa: E402, F401
+from servers import (BACKENDS, Server, free_port, leftover_segments, run_cli, shm_owners, start_stubs,  # noqa: E402, F401
+                     wait_until)
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"
