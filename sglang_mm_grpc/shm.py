@@ -108,6 +108,7 @@ class Segment:
     lease_until: float = 0.0
     handle: str = ""  # the kept result it belongs to, if any
     owner_id: str = ""
+    removed: bool = False  # claimed by one remover (under the arena's lock)
 
     def buffer(self) -> np.ndarray:
         """The segment's bytes as a writable uint8 array (while it is mapped)."""
@@ -371,6 +372,13 @@ class ShmArena:
         """Remove a segment that will not be handed out (or whose payload was not sent)."""
         self._remove(seg, why, count=True)
 
+    def take_back(self, seg: Segment) -> None:
+        """A staged segment whose payload was not sent after all is its kept result's again."""
+        with self._lock:
+            if seg.state == OUT and not seg.removed:
+                seg.state = STAGED
+                self.counters.handed_out -= 1
+
     def drop_handle(self, segments, why: str, *, unread_too: bool) -> None:
         """A kept result left the store: its staged segments go; those it handed out too
         when ``unread_too`` (an explicit Release: the caller is done with them); its
@@ -392,8 +400,10 @@ class ShmArena:
         for seg in out:
             if not os.path.lexists(os.path.join(self.directory, seg.name)):
                 with self._lock:
+                    if seg.state != OUT or seg.removed:
+                        continue
                     self.counters.read += 1
-                seg.state = GONE
+                    seg.state = GONE
                 self._settle(seg)
             elif seg.lease_until <= now:
                 self._remove(seg, "lease", count=True)
@@ -401,7 +411,8 @@ class ShmArena:
         return n
 
     def _unmap(self, seg: Segment) -> None:
-        m, seg.map = seg.map, None
+        with self._lock:
+            m, seg.map = seg.map, None
         if m is not None:
             try:
                 m.close()
@@ -417,14 +428,18 @@ class ShmArena:
         with self._lock:
             if self._live.pop(seg.name, None) is not None:
                 self._bytes -= seg.accounted
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
+            fd, seg.fd = seg.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _remove(self, seg: Segment, why: str, *, count: bool) -> None:
+        with self._lock:
+            if seg.removed:  # another thread is at it (reaper, a Release, shutdown)
+                return
+            seg.removed = True
+            unread = seg.state != GONE
+            seg.state = GONE
         self._unmap(seg)
-        unread = seg.state != GONE
-        seg.state = GONE
         if unread:
             try:
                 os.unlink(os.path.join(self.directory, seg.name))

@@ -134,6 +134,8 @@ class Transport:
         for seg in assembled.segments:
             if seg.handle == "":
                 self.arena.discard(seg, "failed")
+            else:  # the kept result's staged segment: still unsent, still its own
+                self.arena.take_back(seg)
 
     def drop(self, segments, why: str, *, unread_too: bool = False) -> None:
         if self.arena is not None and segments:

@@ -180,3 +180,26 @@ def test_owner_id_is_one_name_component():
         with pytest.raises(ValueError):
             shm.ShmArena(bad)
     assert shm.check_owner_id(shm.default_owner_id(50061))
+
+
+def test_removal_is_claimed_once_whoever_gets_there(arena):
+    """The reaper, a Release and the shutdown may reach one segment together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    segs = [arena.create(4096) for _ in range(50)]
+    for s in segs:
+        arena.hand_out(s)
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(lambda s: [arena.discard(s, "release") for _ in range(3)], segs))
+    assert arena.stats()["removed"] == {"release": 50} and arena.stats()["read"] == 0 and arena.bytes == 0
+
+
+def test_a_staged_segment_whose_payload_was_not_sent_is_taken_back(arena):
+    seg = arena.create(4096, handle="h")
+    arena.hand_out(seg, keep_mapped=True)
+    arena.take_back(seg)  # e.g. the response was over the send limit
+    assert arena.stats()["handed_out"] == 0
+    arena._clock.t += 100
+    assert arena.reap() == 0  # no lease runs for it: it is the kept result's again
+    arena.drop_handle([seg], "release", unread_too=False)
+    assert arena.stats()["removed"] == {"release": 1}
