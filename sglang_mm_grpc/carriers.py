@@ -60,6 +60,7 @@ class ImageResult:
     token_count: int  # whole expansion, structural tokens included
     structural_range: tuple[int, int]  # (offset, length) in the expanded ids
     patch_ranges: tuple[tuple[int, int], ...]  # each maximal run of the image token
+    cached: bool = False  # from the preprocessing cache: no decode, no pixel work
 
 
 @dataclass

@@ -449,7 +449,7 @@ def run_remote_preprocess(args) -> int:
         print(
             f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: HxW {im.height}x{im.width} -> "
             f"{im.resized_height}x{im.resized_width}, {im.token_count} tokens "
-            f"at {im.structural_range.offset}, blake3 {im.hash[:16]}"
+            f"at {im.structural_range.offset}, blake3 {im.hash[:16]}{', cached' if im.cached else ''}"
         )
     t = resp.timings
     print(

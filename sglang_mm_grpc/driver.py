@@ -338,6 +338,7 @@ def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) ->
             token_count=applied.structural_ranges[i][1],
             structural_range=applied.structural_ranges[i],
             patch_ranges=applied.patch_ranges[i],
+            cached=a.cached is not None,
         )
         for i, a in enumerate(admitted)
     ]

@@ -553,6 +553,7 @@ def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
             resized_height=im.resized_height,
             resized_width=im.resized_width,
             encoded_bytes=im.encoded_bytes,
+            cached=im.cached,
         )
         info.structural_range.offset, info.structural_range.length = im.structural_range
         for offset, length in im.patch_ranges:

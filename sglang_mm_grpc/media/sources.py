@@ -151,7 +151,7 @@ def describe(source: object) -> str:
             meta = _clip(meta[:64]) + ("…" if len(meta) > 64 else "")
             return f"data:{meta},…({len(payload)} chars)"
         return redact_url(text)
-    if text.startswith("/") and not _looks_like_base64(text):
+    if text.startswith("/") and not _looks_like_base64(text) or _RELATIVE_FILE.fullmatch(text):
         return _clip(text)
     return f"base64,…({len(text)} chars)"
 
@@ -190,8 +190,8 @@ def classify(source: RawSource) -> Source:
         return Source("file", text)
     if _RELATIVE_FILE.fullmatch(text):
         raise malformed(
-            f"{_clip(text)!r} looks like a relative file name; a source string is a URL, a data URL, an absolute "
-            "path on the server or base64. To send a local file, send its bytes (MediaItem.data; with "
+            "looks like a relative file name; a source string is a URL, a data URL, an absolute path on the "
+            "server or base64. To send a local file, send its bytes (MediaItem.data; with "
             "sglang_mm_grpc.client pass a pathlib.Path or bytes; the CLI reads files itself)")
     text = _compact(text)
     try:

@@ -65,7 +65,7 @@ def test_a_relative_file_name_as_a_source_says_to_send_bytes():
     with pytest.raises(PreprocessError) as e:
         classify("photos/cat.JPG")
     assert e.value.code is Code.INVALID_ARGUMENT
-    assert "'photos/cat.JPG' looks like a relative file name" in e.value.message
+    assert e.value.message.startswith("looks like a relative file name")
     assert "send its bytes" in e.value.message and "pathlib.Path" in e.value.message
 
 

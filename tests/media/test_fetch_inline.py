@@ -55,7 +55,7 @@ def test_data_url_without_comma_is_invalid():
         ("QUJ", "multiple of 4"),  # missing padding
         ("QQ==QUJD", "padding before the end"),
         ("QU!D", "base64"),
-        ("QUJD\nQUJD", "base64"),  # whitespace is not tolerated
+        ("QUJD\nQU!D", "base64"),  # line breaks are dropped (base64 wraps at 76), the rest is checked
         ("Q===", "base64"),
     ],
 )
@@ -83,7 +83,13 @@ def test_empty_source_is_invalid(source):
 def test_relative_path_is_not_base64():
     err = fetch_error(["images/cat.png"])
     assert err.code is Code.INVALID_ARGUMENT
+    assert err.message.startswith("image 0: images/cat.png: looks like a relative file name")
+    err = fetch_error(["not-base64"])
     assert "not a URL, an absolute path or valid base64" in err.message
+
+
+def test_base64_wrapped_in_lines_decodes():
+    assert fetch(["QUJD\nQUJE\n", "data:image/png;base64,QUJD\r\nQUJE"]) == [b"ABCABD", b"ABCABD"]
 
 
 def test_wrong_type_is_invalid():

@@ -105,7 +105,7 @@ class PreprocessRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
-    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes")
+    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached")
     HASH_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRUCTURAL_RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class ImageInfo(_message.Message):
     RESIZED_HEIGHT_FIELD_NUMBER: _ClassVar[int]
     RESIZED_WIDTH_FIELD_NUMBER: _ClassVar[int]
     ENCODED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     hash: str
     token_count: int
     structural_range: PlaceholderRange
@@ -124,7 +125,8 @@ class ImageInfo(_message.Message):
     resized_height: int
     resized_width: int
     encoded_bytes: int
-    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ...) -> None: ...
+    cached: bool
+    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ...) -> None: ...
 
 class MropePositions(_message.Message):
     __slots__ = ("positions", "delta")
