@@ -52,7 +52,9 @@ def test_wheel_install(tmp_path):
     readme = REPO / "README.md"
     (src / "README.md").write_text(readme.read_text() if readme.exists() else "")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)], check=True)
+    built = subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+                           check=True, capture_output=True, text=True)
+    assert "Warning" not in built.stdout + built.stderr  # e.g. setuptools' license and package-data warnings
     (wheel,) = (tmp_path / "dist").glob("*.whl")
 
     names = zipfile.ZipFile(wheel).namelist()
