@@ -2,7 +2,8 @@
 
 Chat clients resend every earlier image on each turn, so the same bytes come back for
 the same model again and again. Entries are keyed by (blake3 of the encoded bytes,
-the model's resolved spec), so anything that changes the output changes the key.
+the resolved spec of the family that processed them: the model's, or the variant a
+request's image options configured), so anything that changes the output changes the key.
 Bounded in bytes with LRU eviction; thread-safe. Cached arrays are read-only and may
 be handed out as is (a single-image request returns the cached tensor itself).
 """
@@ -64,6 +65,12 @@ class PreprocessCache:
             self._entries.move_to_end(key)
             self._stats.hits += 1
             return entry
+
+    def peek(self, key: tuple[str, str]) -> CachedItem | None:
+        """The entry if held, without counting a hit or miss or refreshing its recency
+        (a plan asks whether a Preprocess would hit; it uses nothing)."""
+        with self._lock:
+            return self._entries.get(key)
 
     def put(self, key: tuple[str, str], item: CachedItem) -> None:
         for a in (item.pixel_values, *item.aux.values()):

@@ -47,6 +47,46 @@ class DecodedImage:
         return int(self.pixels.shape[1])
 
 
+#: OpenAI's ``detail`` values a request may give (``ImageOptions.detail``).
+DETAILS = ("auto", "low", "high")
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """What one request asks of an image's preprocessing, beyond the model's defaults.
+
+    None (every field) means "the model's". A family honours what it can reproduce
+    exactly (``Family.with_options``) and refuses the rest; the same type carries the
+    effective values back (``ImageResult.options``). Per-image options override the
+    request's field by field (``merged``).
+    """
+
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    max_tokens: int | None = None  # the most tokens the image may expand into
+    detail: str | None = None  # one of DETAILS; None: auto
+
+    def merged(self, over: "ImageOptions | None") -> "ImageOptions":
+        """These options with every field ``over`` sets replacing ours."""
+        if over is None or over == ImageOptions():
+            return self
+        return ImageOptions(*(o if o is not None else s for s, o in zip(self._values(), over._values())))
+
+    def _values(self) -> tuple:
+        return self.min_pixels, self.max_pixels, self.max_tokens, self.detail
+
+    @property
+    def asks_nothing(self) -> bool:
+        """Nothing beyond the model's defaults: no size field, detail unset, auto or high."""
+        return self.min_pixels is None and self.max_pixels is None and self.max_tokens is None and (
+            self.detail in (None, "auto", "high"))
+
+    def as_dict(self) -> dict:
+        """The fields that are set, by name."""
+        return {k: v for k, v in zip(("min_pixels", "max_pixels", "max_tokens", "detail"), self._values())
+                if v is not None}
+
+
 @dataclass(frozen=True)
 class ImageResult:
     """Per-image facts a router or backend needs (no pixels)."""
@@ -61,6 +101,11 @@ class ImageResult:
     structural_range: tuple[int, int]  # (offset, length) in the expanded ids
     patch_ranges: tuple[tuple[int, int], ...]  # each maximal run of the image token
     cached: bool = False  # from the preprocessing cache: no decode, no pixel work
+    #: The family's grid for the image (``Family.grid``: Qwen (t, h, w) patches, Pixtral
+    #: rows x cols of tokens, Llama 4 tiles, LLaVA-NeXT the pinpoint, ...); () when none.
+    grid: tuple[int, ...] = ()
+    #: The effective options the image was preprocessed with (``Family.effective_options``).
+    options: ImageOptions | None = None
 
 
 @dataclass
@@ -94,3 +139,18 @@ class PreprocessOutput:
     @property
     def patch_ranges(self) -> list[tuple[tuple[int, int], ...]]:
         return [im.patch_ranges for im in self.images]
+
+
+@dataclass
+class PlanOutput:
+    """What a request will become, from the image headers alone (``Preprocessor.plan``):
+    per image everything an ``ImageResult`` says, and the expanded ids' length."""
+
+    images: list[ImageResult]
+    input_ids_length: int
+    image_token_id: int
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def token_counts(self) -> list[int]:
+        return [im.token_count for im in self.images]

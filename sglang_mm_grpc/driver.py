@@ -1,10 +1,12 @@
 """The request driver: owns the steps and their failure semantics.
 
-    check the request -> admit each image (hash; cached, or opened, planned from its
-    header, checked against the token budget, then decoded)
+    check the request -> configure each image (the family variant its options ask for)
+    -> admit each image (hash; cached, or opened, planned from its header, checked
+    against the token budget, then decoded)
     -> lay out the tokens (from the plans, before any pixel work)
     -> allocate pixel_values once -> process each image into its slot -> positions
 
+``plan`` runs the same steps up to the layout from the headers alone (nothing decoded).
 Any failure rejects the whole request with one PreprocessError; there is no partial result.
 """
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from . import config as model_config
 from .cache import CachedItem, PreprocessCache
-from .carriers import DecodedImage, ImageResult, PreprocessOutput
+from .carriers import DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput
 from .errors import Code, PreprocessError, invalid
 from .families import Family, FieldLayout, ItemPlan
 from .fanout import fan_out
@@ -49,6 +51,17 @@ class Prompt:
     placeholders: np.ndarray  # int64 positions, ascending
 
 
+@dataclass(frozen=True)
+class Target:
+    """What one image is preprocessed by: the family variant its options configured, that
+    variant's spec (its cache key), the options asked and the token budget it is held to."""
+
+    family: Family
+    spec_key: str
+    options: ImageOptions | None
+    budget: tuple[int, str]  # (tokens, what set it)
+
+
 @dataclass
 class _Admitted:
     """One image after admission: its plan, and either its pixels or its cached result."""
@@ -57,8 +70,9 @@ class _Admitted:
     height: int
     width: int
     plan: ItemPlan
-    image: DecodedImage | None  # None on a cache hit
+    image: DecodedImage | None  # None on a cache hit, and in a plan
     cached: CachedItem | None
+    target: Target
     decode_ms: float = 0.0
     process_ms: float = 0.0
 
@@ -178,9 +192,37 @@ class Preprocessor:
             return int(max_image_tokens), "the request's max_image_tokens"
         return self.max_image_tokens, "the model's max_image_tokens"
 
+    def configure(self, images: int, options: ImageOptions | None = None,
+                  image_options: Sequence[ImageOptions | None] | None = None,
+                  max_image_tokens: int | None = None) -> list[Target]:
+        """Each image's target: the request's ``options`` overridden field by field by the
+        image's own (``image_options[i]``, None: none), the family variant they configure
+        (``Family.with_options``; INVALID_ARGUMENT naming the image, the field and why
+        when the family cannot honour them exactly) and the token budget (the lower of
+        ``token_budget`` and the image's ``max_tokens``). Cheap: variants are kept."""
+        if image_options is not None and len(image_options) != images:
+            raise invalid(f"{len(image_options)} per-image options for {images} image(s)")
+        base = options if options is not None else ImageOptions()
+        budget = self.token_budget(max_image_tokens)
+        targets = []
+        for i in range(images):
+            merged = base.merged(image_options[i] if image_options is not None else None)
+            try:
+                family = self.family.with_options(merged)
+            except PreprocessError as e:
+                raise PreprocessError(e.code, e.detail, item=i) from None
+            limit = budget
+            if merged.max_tokens is not None and merged.max_tokens < budget[0]:
+                limit = (merged.max_tokens, "the image's max_tokens option")
+            spec = self.spec_key if family is self.family else family.fingerprint()
+            targets.append(Target(family, spec, merged if merged != ImageOptions() else None, limit))
+        return targets
+
     def preprocess(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
         use_cache: bool = True, max_image_tokens: int | None = None, allocate=None,
+        options: ImageOptions | None = None, image_options: Sequence[ImageOptions | None] | None = None,
+        hashes: Sequence[str | None] | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
         request stops at the next image boundary with a CANCELLED error. ``use_cache``
@@ -189,13 +231,19 @@ class Preprocessor:
         model's is the model's); an image over it is refused with RESOURCE_EXHAUSTED
         before its pixels are decoded. ``allocate(shape)``: float32 memory of that shape
         for pixel_values (e.g. a shared-memory segment the kernels then write straight
-        into), or None to allocate as usual; the cache copies out of such memory."""
+        into), or None to allocate as usual; the cache copies out of such memory.
+        ``options``: what the request asks of every image (``ImageOptions``: pixel bounds,
+        a token budget, OpenAI's detail), ``image_options[i]``: of image i, field by field
+        over the request's (see ``configure``); each image is planned and processed by the
+        family variant they configure, and says its effective values (``ImageResult.options``).
+        ``hashes[i]``: image i's blake3 when the caller already knows it (not recomputed)."""
         t0 = time.perf_counter()
         images = _encoded(images)
         prompt = self.check_request(len(images), input_ids)
+        targets = self.configure(len(images), options, image_options, max_image_tokens)
         cache = self.cache if use_cache else None
-        budget = self.token_budget(max_image_tokens)
-        admitted = self._each(lambda i: self._admit(images[i], i, cache, budget), len(images), cancel)
+        admitted = self._each(lambda i: self._admit(images[i], i, cache, targets[i], _known(hashes, i)), len(images),
+                              cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
@@ -228,26 +276,69 @@ class Preprocessor:
             ],
         )
 
+    def plan(
+        self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
+        use_cache: bool = True, max_image_tokens: int | None = None, options: ImageOptions | None = None,
+        image_options: Sequence[ImageOptions | None] | None = None, hashes: Sequence[str | None] | None = None,
+    ) -> PlanOutput:
+        """What ``preprocess`` with the same arguments will produce, from the image headers
+        alone: per image its hash, sizes, grid, token count, ranges, effective options and
+        whether the preprocessing cache holds it (its plan is then the cached one; the
+        cache is only looked at, never counted or refreshed), and the expanded ids' length.
+        No pixel is decoded and nothing is kept. The same failures as ``preprocess`` up to
+        its layout (an image over its token budget is refused); a file whose pixel data
+        is corrupt is found only when it is decoded."""
+        t0 = time.perf_counter()
+        images = _encoded(images)
+        prompt = self.check_request(len(images), input_ids)
+        targets = self.configure(len(images), options, image_options, max_image_tokens)
+        cache = self.cache if use_cache else None
+        planned = self._each(lambda i: self._plan_one(images[i], i, cache, targets[i], _known(hashes, i)),
+                             len(images), cancel)
+        applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [a.plan.expansion for a in planned]))
+        return PlanOutput(
+            images=_image_results(images, planned, applied),
+            input_ids_length=len(applied.input_ids),
+            image_token_id=self.family.image_token_id,
+            timings_ms={"total_ms": (time.perf_counter() - t0) * 1e3},
+        )
+
     def _each(self, fn, count: int, cancel: threading.Event | None) -> list:
         return fan_out(fn, count, self.executor, cancel, self.work)
 
-    def _admit(self, data: bytes, i: int, cache: PreprocessCache | None, budget: tuple[int, str]) -> _Admitted:
-        """Hash; a cached result, or the image planned from its header, held to the token
-        budget, and only then decoded."""
-        h = content_hash(data)
+    def _plan_one(self, data: bytes, i: int, cache: PreprocessCache | None, target: Target,
+                  known: str | None) -> _Admitted:
+        """``_admit`` without the decode: the cached plan, or the header's."""
+        h = known or content_hash(data)
         if cache is not None:
-            hit = cache.get((h, self.spec_key))
+            hit = cache.peek((h, target.spec_key))
+            if hit is not None:
+                _within(hit.plan, hit.height, hit.width, i, target.budget)
+                return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, target)
+        header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
+        plan = _within(target.family.plan(header.height, header.width, i), header.height, header.width, i,
+                       target.budget)
+        return _Admitted(h, header.height, header.width, plan, None, None, target)
+
+    def _admit(self, data: bytes, i: int, cache: PreprocessCache | None, target: Target,
+               known: str | None = None) -> _Admitted:
+        """Hash (unless ``known``); a cached result, or the image planned from its header,
+        held to the token budget, and only then decoded."""
+        h = known or content_hash(data)
+        family, budget = target.family, target.budget
+        if cache is not None:
+            hit = cache.get((h, target.spec_key))
             if hit is not None:
                 _within(hit.plan, hit.height, hit.width, i, budget)
-                return _Admitted(h, hit.height, hit.width, hit.plan, None, hit)
+                return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, target)
         td = time.perf_counter()
         header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
-        plan = _within(self.family.plan(header.height, header.width, i), header.height, header.width, i, budget)
-        img = decode_pixels(header, transparency=self.family.transparency)
-        if (img.height, img.width) != (header.height, header.width):  # orientation known only now
-            plan = _within(self.family.plan(img.height, img.width, i), img.height, img.width, i, budget, True)
+        plan = _within(family.plan(header.height, header.width, i), header.height, header.width, i, budget)
+        img = decode_pixels(header, transparency=family.transparency)
+        if (img.height, img.width) != (header.height, header.width):  # an animated PNG's late orientation
+            plan = _within(family.plan(img.height, img.width, i), img.height, img.width, i, budget, True)
         decode_ms = (time.perf_counter() - td) * 1e3
-        return _Admitted(h, img.height, img.width, plan, img, None, decode_ms)
+        return _Admitted(h, img.height, img.width, plan, img, None, target, decode_ms)
 
     def _allocate(self, admitted: list[_Admitted], allocate=None) -> tuple[np.ndarray, list[tuple], bool]:
         """pixel_values, each item's slot, and whether the memory is the caller's
@@ -271,9 +362,9 @@ class Preprocessor:
                 pixel_values[slot] = a.cached.pixel_values[a.cached.slot]
             aux = a.cached.aux
         else:
-            aux = self.family.process_item(a.image, a.plan, pixel_values[slot])
+            aux = a.target.family.process_item(a.image, a.plan, pixel_values[slot])
             if cache is not None:
-                cache.put((a.hash, self.spec_key), self._cache_entry(a, aux, pixel_values, slot, lent))
+                cache.put((a.hash, a.target.spec_key), self._cache_entry(a, aux, pixel_values, slot, lent))
         a.process_ms = (time.perf_counter() - tp) * 1e3
         return aux
 
@@ -302,6 +393,10 @@ def _within(plan: ItemPlan, height: int, width: int, item: int, budget: tuple[in
             item=item,
         )
     return plan
+
+
+def _known(hashes: Sequence[str | None] | None, i: int) -> str | None:
+    return hashes[i] if hashes is not None and i < len(hashes) else None
 
 
 def _encoded(images) -> list:
@@ -339,6 +434,8 @@ def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) ->
             structural_range=applied.structural_ranges[i],
             patch_ranges=applied.patch_ranges[i],
             cached=a.cached is not None,
+            grid=a.target.family.grid(a.plan),
+            options=a.target.family.effective_options(a.target.options),
         )
         for i, a in enumerate(admitted)
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from . import inkling, inkling2, llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
-from .base import PROCESSORS, Family, FieldLayout, ItemPlan
+from .base import PROCESSORS, Family, FieldLayout, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
 
 
@@ -47,4 +47,4 @@ def build_family(preprocessor: dict, config: dict, processor: dict | None = None
     )
 
 
-__all__ = ["ConfigError", "FAMILIES", "PROCESSORS", "Family", "FieldLayout", "ItemPlan", "build_family"]
+__all__ = ["ConfigError", "FAMILIES", "PROCESSORS", "Family", "FieldLayout", "ImageOptions", "ItemPlan", "build_family"]

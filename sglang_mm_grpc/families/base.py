@@ -12,12 +12,15 @@ family overrides what differs and nothing is probed with getattr.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from ..carriers import DecodedImage
+from ..carriers import DETAILS, DecodedImage, ImageOptions
+from ..errors import PreprocessError, invalid
 from ..layout import AppliedLayout, Expansion
 from ..positions import MRope
 from . import batching
@@ -35,6 +38,24 @@ PROCESSORS = ("pil", "torchvision")
 Aux = dict[str, np.ndarray]
 
 G = TypeVar("G")
+
+#: Option variants one family instance keeps (``Family.with_options``); the least
+#: recently used goes first, so requests cannot grow them without bound.
+MAX_VARIANTS = 64
+_variants_lock = threading.Lock()
+
+
+def check_options(options: ImageOptions) -> None:
+    """What no family accepts: a size or budget that is not positive, an unknown
+    ``detail``, or ``min_pixels`` above ``max_pixels`` (INVALID_ARGUMENT naming the field)."""
+    for name in ("min_pixels", "max_pixels", "max_tokens"):
+        value = getattr(options, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise invalid(f"{name} must be a positive integer, got {value!r}")
+    if options.detail is not None and options.detail not in DETAILS:
+        raise invalid(f"detail must be one of {', '.join(DETAILS)}, got {options.detail!r}")
+    if options.min_pixels is not None and options.max_pixels is not None and options.min_pixels > options.max_pixels:
+        raise invalid(f"min_pixels {options.min_pixels} is above max_pixels {options.max_pixels}")
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,62 @@ class Family(Generic[G]):
                 f"the {self.name} family has no {processor!r} processor (it offers {', '.join(self.processors)})")
         return self
 
+    # -- per-request options -------------------------------------------------------------
+
+    def with_options(self, options: ImageOptions | None) -> "Family[G]":
+        """This family configured for a request's ``options``: itself when they ask nothing
+        of it (unset, or detail auto / high), else the variant ``configured`` builds, made
+        once per distinct options and kept (at most ``MAX_VARIANTS``) by this instance. A
+        variant's ``fingerprint`` holds its effective values, so the preprocessing cache
+        keys by them. INVALID_ARGUMENT naming the field, the family and why when the
+        family cannot honour the options exactly."""
+        if options is None:
+            return self
+        check_options(options)
+        if options.asks_nothing:
+            return self
+        with _variants_lock:
+            variants = self.__dict__.setdefault("_variants", OrderedDict())
+            hit = variants.get(options)
+            if hit is not None:
+                variants.move_to_end(options)
+                return hit
+        variant = self.configured(options)
+        with _variants_lock:
+            variant = variants.setdefault(options, variant)
+            while len(variants) > MAX_VARIANTS:
+                variants.popitem(last=False)
+        return variant
+
+    def configured(self, options: ImageOptions) -> "Family[G]":
+        """The family for ``options`` (checked, and asking something: ``asks_nothing`` is
+        False). A family that can honour a field overrides this; by default every size
+        and budget field and ``detail: low`` are refused, as the processor takes none."""
+        for name, value in options.as_dict().items():
+            if name != "detail" or value == "low":
+                raise self.refusal(name, value, f"its processor ({self.reference_processor}) has no per-call "
+                                   "size or token budget; only detail auto or high (the model's own) is accepted")
+        return self
+
+    def refusal(self, field_name: str, value, why: str) -> PreprocessError:
+        """INVALID_ARGUMENT for an option this family cannot honour exactly."""
+        return invalid(f"{field_name} {value} cannot be honoured exactly by the {self.name} family: {why}")
+
+    def effective_options(self, options: ImageOptions | None) -> ImageOptions:
+        """The values an image preprocessed by this family (a ``with_options`` variant) for
+        ``options`` gets, as echoed per image: by default only the detail, which the
+        model's own budget serves (auto is high)."""
+        return ImageOptions(detail=effective_detail(options))
+
+    def grid(self, plan: ItemPlan[G]) -> tuple[int, ...]:
+        """The image's grid in the family's own terms (echoed per image): its geometry when
+        that is a tuple of integers (Qwen (t, h, w), Pixtral rows x columns, Llama 4 tiles,
+        LLaVA-NeXT's pinpoint, Inkling rows x columns); () when it has none."""
+        g = plan.geometry
+        if isinstance(g, tuple) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in g):
+            return tuple(int(v) for v in g)
+        return ()
+
     def batch_tensors(self, aux: list[Aux]) -> dict[str, np.ndarray]:
         """Model-specific tensors: each item's rows concatenated on dim 0."""
         if not aux or not aux[0]:
@@ -166,3 +243,8 @@ class Family(Generic[G]):
             for (h, w), plan, slot in zip(sizes, plans, slots):
                 rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
                 self.process_item(DecodedImage(rgb), plan, batch[slot])
+
+
+def effective_detail(options: ImageOptions | None) -> str:
+    """The detail an image gets: low when asked, else high (auto and unset are the model's)."""
+    return "low" if options is not None and options.detail == "low" else "high"

@@ -34,7 +34,7 @@ from ..errors import invalid
 from ..kernels import normalize, patch_grid, resample_pil, resample_tv
 from ..layout import Expansion
 from . import hf_keys
-from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ItemPlan, Normalization
+from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ImageOptions, ItemPlan, Normalization
 
 MODEL_TYPES = ("inkling_mm_model",)
 #: What the processor pads each patch with, before rescale and normalize.
@@ -144,6 +144,21 @@ class Inkling(Family[Grid]):
     def with_processor(self, processor: str) -> "Inkling":
         super().with_processor(processor)
         return self if processor == self.config.processor else Inkling(replace(self.config, processor=processor))
+
+    def configured(self, options: ImageOptions) -> "Inkling":
+        """``detail: low`` is ``rescale_image_frac=None`` (no upscale; the processor takes
+        it per call): the image keeps its own size. Sizes and token budgets are refused:
+        the processor never downscales, so nothing it takes can cap an image's tokens."""
+        for name in ("min_pixels", "max_pixels", "max_tokens"):
+            value = getattr(options, name)
+            if value is not None:
+                raise self.refusal(name, value, "its processor never downscales (each image keeps its size, or "
+                                   "grows by rescale_image_frac) and takes no size or token budget; detail low "
+                                   "(no upscale) is the smallest it offers, and max_image_tokens refuses larger images")
+        c = self.config
+        if options.detail != "low" or c.rescale_image_frac is None:
+            return self
+        return Inkling(replace(c, rescale_image_frac=None))
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config

@@ -130,6 +130,10 @@ class Phi3V(Family[HDGeometry]):
         return ItemPlan(resized, (self.config.num_crops + 1, 3, TILE, TILE), g,
                         Expansion.repeat(self.image_token_id, g.num_img_tokens))
 
+    def grid(self, plan: ItemPlan[HDGeometry]) -> tuple[int, ...]:
+        """The HD image in 336 px crops: rows x columns."""
+        return plan.geometry.hd_h // TILE, plan.geometry.hd_w // TILE
+
     def process_item(self, image: DecodedImage, plan: ItemPlan[HDGeometry], out: np.ndarray) -> Aux:
         g = plan.geometry
         rgb = image.rgb

@@ -220,6 +220,10 @@ class Phi4Multimodal(Family[Crops]):
         return ItemPlan((g.new_h, g.new_w), (1 + g.rows * g.cols, 3, c.size, c.size), Crops(g, masks),
                         Expansion.repeat(self.image_token_id, tokens))
 
+    def grid(self, plan: ItemPlan[Crops]) -> tuple[int, ...]:
+        """The crops: rows x columns (the global image comes on top of them)."""
+        return plan.geometry.grid.rows, plan.geometry.grid.cols
+
     def process_item(self, image: DecodedImage, plan: ItemPlan[Crops], out: np.ndarray) -> Aux:
         c = self.config
         g = plan.geometry.grid

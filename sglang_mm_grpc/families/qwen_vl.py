@@ -25,10 +25,14 @@ from ..kernels import normalize, patchify, resample_pil, resample_tv
 from ..layout import AppliedLayout, Expansion
 from ..positions import MRope, mrope_positions
 from . import hf_keys
-from .base import PROCESSORS, Aux, Family, FieldLayout, ItemPlan, Normalization
+from .base import PROCESSORS, Aux, Family, FieldLayout, ImageOptions, ItemPlan, Normalization, effective_detail
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
+#: ``detail: low``: at most this many tokens per image (max_pixels = 64 * (patch * merge)**2:
+#: 224x224 for Qwen2/2.5-VL, 256x256 for Qwen3-VL), as OpenAI's low detail is one small
+#: fixed budget (85 tokens there).
+LOW_DETAIL_TOKENS = 64
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -134,6 +138,38 @@ class QwenVL(Family[Grid]):
     def with_processor(self, processor: str) -> "QwenVL":
         super().with_processor(processor)
         return self if processor == self.config.processor else QwenVL(replace(self.config, processor=processor))
+
+    def configured(self, options: ImageOptions) -> "QwenVL":
+        """min_pixels / max_pixels as ``Qwen2VLImageProcessor`` takes them per call; the
+        effective max_pixels is the smallest of max_pixels (else the model's),
+        ``max_tokens * (patch * merge)**2`` and, for ``detail: low``,
+        ``LOW_DETAIL_TOKENS * (patch * merge)**2``; min_pixels is the request's (refused
+        above that) or the model's, lowered to the max when above it."""
+        c = self.config
+        unit = self.factor**2  # pixels per token
+        caps = [options.max_pixels if options.max_pixels is not None else c.max_pixels]
+        if options.max_tokens is not None:
+            caps.append(options.max_tokens * unit)
+        if options.detail == "low":
+            caps.append(LOW_DETAIL_TOKENS * unit)
+        max_pixels = min(caps)
+        if options.min_pixels is None:
+            min_pixels = min(c.min_pixels, max_pixels)
+        elif options.min_pixels > max_pixels:
+            raise self.refusal("min_pixels", options.min_pixels,
+                               f"it is above the effective max_pixels {max_pixels} (from max_pixels, max_tokens "
+                               f"x {unit} pixels per token and detail); smart_resize needs min <= max")
+        else:
+            min_pixels = options.min_pixels
+        if (min_pixels, max_pixels) == (c.min_pixels, c.max_pixels):
+            return self
+        return QwenVL(replace(c, min_pixels=min_pixels, max_pixels=max_pixels))
+
+    def effective_options(self, options: ImageOptions | None) -> ImageOptions:
+        """The pixel bounds smart_resize used, the request's max_tokens and the detail."""
+        c = self.config
+        return ImageOptions(min_pixels=c.min_pixels, max_pixels=c.max_pixels,
+                            max_tokens=options.max_tokens if options is not None else None, detail=effective_detail(options))
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import warnings
 from dataclasses import dataclass
 
@@ -55,9 +56,13 @@ TRANSPARENCY = ("white", "keep")
 class ImageHeader:
     """An image opened and checked from its header alone: nothing decoded yet.
 
-    ``height``/``width`` are after EXIF orientation. For a PNG whose EXIF Pillow reads
-    only with the pixels (an eXIf chunk after the image data, or XMP) they are the
-    stored size until ``decode_pixels`` knows better: callers compare the decoded size.
+    ``height``/``width`` are after EXIF orientation, as ``decode_pixels`` will apply it.
+    For a PNG whose EXIF Pillow reads only with the pixels (an eXIf chunk, XMP or an
+    ImageMagick "Raw profile type exif" after the image data), the chunks after the image
+    data are read here with Pillow's own chunk handlers, the image data skipped by its
+    chunk lengths, never decompressed (``_png_orientation``). The one exception is an
+    animated PNG whose orientation comes after its image data: its size here is the
+    stored one, and callers compare the decoded size (the driver re-plans it).
     """
 
     image: Image.Image
@@ -125,8 +130,11 @@ def open_image(
         raise invalid(f"{fmt} image in mode {im.mode} has more than 8 bits per sample; send an 8-bit image", item=item)
     try:
         # A PNG's getexif decodes the image when its EXIF is not in the header chunks.
-        header_exif = fmt != "PNG" or "exif" in im.info
-        if header_exif and im.getexif().get(_ORIENTATION, 1) in _SWAPS_SIDES:
+        if fmt == "PNG" and "exif" not in im.info:
+            orientation = _png_orientation(data, im)
+        else:
+            orientation = im.getexif().get(_ORIENTATION, 1)
+        if orientation in _SWAPS_SIDES:
             width, height = height, width
     except Exception as e:
         raise invalid(f"corrupt or truncated {fmt} image: {_reason(e)}", item=item) from None
@@ -151,6 +159,71 @@ def decode_pixels(header: ImageHeader, *, transparency: str = "white") -> Decode
     except Exception as e:
         raise invalid(f"corrupt or truncated {header.format} image: {_reason(e)}", item=header.item) from None
     return DecodedImage(pixels)
+
+
+_PNG_TEXT_CHUNKS = (b"eXIf", b"tEXt", b"zTXt", b"iTXt")
+_PNG_DATA_CHUNKS = (b"IDAT", b"DDAT", b"fdAT")
+
+
+def _png_orientation(data: bytes, im: Image.Image) -> int:
+    """The EXIF orientation Pillow finds in a PNG once it has decoded it (``getexif`` after
+    ``load``), without decoding: its ``info`` is the header chunks' plus what ``load_end``
+    adds from the chunks after the image data. Those chunks are found by walking the
+    chunk headers (the image data is skipped by length) and read with Pillow's own
+    handlers, in ``load_end``'s order and with its stopping rules, into a copy of the
+    header's info; an image holding that info answers ``getexif`` as the decoded one will.
+    An animated PNG keeps its header's answer (see ``ImageHeader``)."""
+    info = dict(im.info)
+    tile = getattr(im, "tile", None) or ()
+    if tile and not getattr(im, "is_animated", False) and _any_text_after(data, tile[0][2]):
+        _read_chunks_after_data(data, tile[0][2] - 8, info)
+    probe = Image.new("L", (1, 1))
+    probe.info = info
+    return probe.getexif().get(_ORIENTATION, 1)
+
+
+def _any_text_after(data: bytes, start: int) -> bool:
+    """Whether a chunk that can carry EXIF or XMP may follow ``start`` (a byte search:
+    a match inside compressed data only costs the exact walk)."""
+    return any(data.find(cid, start) >= 0 for cid in _PNG_TEXT_CHUNKS)
+
+
+def _read_chunks_after_data(data: bytes, first: int, info: dict) -> None:
+    """``PngImageFile.load_end`` on ``data``: the chunks after the run of image-data
+    chunks that starts with the chunk header at ``first``, handled by a ``PngStream``
+    whose info is ``info``, up to IEND or the first chunk it cannot read."""
+    from PIL import PngImagePlugin
+
+    n = len(data)
+    pos = first
+    while pos + 8 <= n:  # skip the image data (IDAT, and DDAT / fdAT as load_read does)
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        if data[pos + 4:pos + 8] not in _PNG_DATA_CHUNKS:
+            break
+        pos += 12 + length
+    else:
+        return
+    stream = PngImagePlugin.PngStream(io.BytesIO(data))
+    stream.im_info = info
+    stream.fp.seek(pos)
+    while True:
+        try:
+            cid, chunk_pos, length = stream.read()
+        except (struct.error, SyntaxError):
+            break
+        if cid == b"IEND":
+            break
+        try:
+            stream.call(cid, chunk_pos, length)
+        except UnicodeDecodeError:
+            break
+        except EOFError:  # image data again (IDAT raises it), skipped as load_end does
+            stream.fp.seek(chunk_pos + length)
+        except AttributeError:  # a chunk Pillow has no handler for
+            stream.fp.seek(chunk_pos + length)
+        stream.fp.read(4)  # CRC
+        if stream.fp.tell() > n:
+            break
 
 
 def _pillow_bomb_limit_at_least(max_pixels: int) -> None:

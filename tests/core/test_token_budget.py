@@ -112,7 +112,7 @@ def test_the_header_size_is_the_oriented_one():
 
 def _png_with_late_exif(h: int, w: int, orientation: int) -> bytes:
     """A PNG whose eXIf chunk follows the image data: Pillow learns the orientation only
-    when it decodes the pixels."""
+    when it decodes the pixels (``open_image`` reads it from the chunks without decoding)."""
     exif = Image.Exif()
     exif[0x0112] = orientation
     raw = imagegen.encode(Image.fromarray(imagegen.pixels(h, w, seed=8)), "PNG", exif=exif.tobytes())
@@ -127,18 +127,18 @@ def _png_with_late_exif(h: int, w: int, orientation: int) -> bytes:
     return raw[:8] + b"".join(rest[:-1] + late + rest[-1:])
 
 
-def test_an_orientation_learnt_with_the_pixels_replans_the_image():
+def test_an_orientation_after_the_image_data_is_known_from_the_header():
     raw = _png_with_late_exif(40, 130, 6)
     header = open_image(raw, item=0)
-    assert (header.height, header.width) == (40, 130)  # provisional: as stored
+    assert (header.height, header.width) == (130, 40)  # the eXIf chunk read, the pixels not
     pp = Preprocessor.from_model(INKLING, cache_bytes=0)
     out = pp.preprocess([raw])
     assert (out.images[0].height, out.images[0].width) == (130, 40)
     assert out.token_counts == [pp.family.plan(130, 40, 0).token_count] == [4 * 2]
-    # and the budget applies to the oriented size: 8 tokens as decoded, 4 * 1 as stored
+    # and the budget applies to the oriented size (8 tokens; 4 * 1 as stored), before decoding
     e = _refusal(pp, [raw], max_image_tokens=7)
     assert "40x130 image expands into 8 tokens, over the budget of 7" in e.message
-    assert not e.message.endswith("not decoded")
+    assert e.message.endswith("not decoded")
 
 
 def _status(field: str) -> int:
