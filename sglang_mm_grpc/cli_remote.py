@@ -59,6 +59,9 @@ SERVER_OPTIONS = (
     ("--handle-ttl", float, "S", "handle_ttl_s", "seconds a handle lives after its last use (default {default})"),
     ("--cache-bytes", byte_size, "SIZE", "cache_bytes",
      "preprocessed images kept for repeats, all models together (default {default}; 0 disables)"),
+    ("--media-store-bytes", byte_size, "SIZE", "media_store_bytes",
+     "encoded images kept by blake3 so requests can name them by media id instead of sending them again "
+     "(default {default}; 0: none kept, every media id answers NOT_FOUND; docs/REQUESTS.md)"),
     ("--grace", float, "S", "grace_s", "seconds in-flight requests get on SIGTERM (default {default})"),
     ("--max-in-flight", positive_int, "N", "max_in_flight",
      "Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED at once "
@@ -218,6 +221,11 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     _add_options(d, DEPLOY_OPTIONS)
     add_token_arguments(d, "require a")
     p.add_argument(
+        "--no-client-media-ids", dest="no_client_media_ids", action="store_true",
+        help="refuse client-chosen media ids (bind_id, and media_id other than a blake3 hash); hashes still work "
+        "(default: client ids are on, each bound for the caller that bound it: docs/REQUESTS.md)",
+    )
+    p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
     )
@@ -334,7 +342,8 @@ def run_serve(args) -> int:
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
-        processor=args.processor, **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
+        processor=args.processor, client_media_ids=False if getattr(args, "no_client_media_ids", False) else None,
+        **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
     ))
     problem = _deploy_problem(config)
     if problem:

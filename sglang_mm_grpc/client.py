@@ -7,6 +7,12 @@
 
 Failures raise ``grpc.RpcError`` (``.code()``, ``.details()``) as the server sent them.
 
+Per-image options (``image_options(detail="low")``, for the request or per image with
+``media_item(image, options=...)``) and ``Client.plan`` (what Preprocess would produce,
+from the headers alone). ``Client(..., media_ids=True)`` sends each image given as bytes
+by its blake3 hash first and resends as data only the images the server does not hold
+(it answers NOT_FOUND listing them), so a repeated image is not uploaded again.
+
 Several servers (replicas): ``Client(["10.0.0.5:50061", "10.0.0.6:50061"])``, a
 comma-separated string, or ``Client("mm-headless.ns.svc:50061", resolve=True)`` for every
 address of a DNS name. Preprocess and ListModels go round-robin over the targets whose
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -28,7 +36,9 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from . import tensors
+from .carriers import ImageOptions
 from .endpoints import Endpoints
+from .hashing import content_hash
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 
@@ -39,6 +49,9 @@ _BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.
 _DTYPES = {"float32": pb.WIRE_DTYPE_FLOAT32, "bfloat16": pb.WIRE_DTYPE_BFLOAT16, "float16": pb.WIRE_DTYPE_FLOAT16,
            "bf16": pb.WIRE_DTYPE_BFLOAT16, "fp16": pb.WIRE_DTYPE_FLOAT16}
 _TRANSPORTS = {"inline": pb.TENSOR_TRANSPORT_INLINE, "shm": pb.TENSOR_TRANSPORT_SHM, "auto": pb.TENSOR_TRANSPORT_AUTO}
+_DETAILS = {"auto": pb.DETAIL_AUTO, "low": pb.DETAIL_LOW, "high": pb.DETAIL_HIGH}
+#: The trailing metadata a NOT_FOUND for media ids lists the missing images in ("0,2").
+MISSING_MEDIA_KEY = "sglang-mm-missing-media"
 
 
 def backend_value(backend) -> int:
@@ -67,21 +80,73 @@ def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None 
     return opts
 
 
-def media_item(image) -> pb.MediaItem:
+def image_options(min_pixels: int | None = None, max_pixels: int | None = None, max_tokens: int | None = None,
+                  detail=None) -> pb.ImageOptions:
+    """ImageOptions from values (None: unset, the model's); ``detail`` "auto" / "low" /
+    "high" or the enum value. What each family honours: docs/REQUESTS.md."""
+    opts = pb.ImageOptions()
+    for name, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels), ("max_tokens", max_tokens)):
+        if value is not None:
+            setattr(opts, name, int(value))
+    if detail is not None:
+        if isinstance(detail, str):
+            if detail.lower() not in _DETAILS:
+                raise ValueError(f"unknown detail {detail!r}; use one of {', '.join(_DETAILS)}")
+            detail = _DETAILS[detail.lower()]
+        opts.detail = int(detail)
+    return opts
+
+
+def _image_options_message(options) -> pb.ImageOptions | None:
+    """``image_options`` accepted as a message, an ``ImageOptions`` value or a dict."""
+    if options is None or isinstance(options, pb.ImageOptions):
+        return options
+    if isinstance(options, ImageOptions):
+        return image_options(options.min_pixels, options.max_pixels, options.max_tokens, options.detail)
+    if isinstance(options, dict):
+        return image_options(**options)
+    raise TypeError(f"image options are pb.ImageOptions, ImageOptions or a dict, not {type(options).__name__}")
+
+
+def media_item(image, *, options=None, bind_id: str = "") -> pb.MediaItem:
     """bytes -> sent as data; ``Path`` -> read here and sent as data; str -> sent as it is,
     for the server to fetch or decode (a URL, a data URL, an absolute path on the server,
-    or base64). A str naming a relative local file is refused here: pass a ``Path``."""
-    if isinstance(image, (bytes, bytearray, memoryview)):
-        return pb.MediaItem(data=bytes(image))
-    if isinstance(image, Path):
-        return pb.MediaItem(data=image.read_bytes())
-    if isinstance(image, str):
+    or base64). A str naming a relative local file is refused here: pass a ``Path``.
+    A ``pb.MediaItem`` is used as it is (e.g. ``pb.MediaItem(media_id=...)``).
+    ``options``: this image's options (``image_options``), over the request's.
+    ``bind_id``: name these bytes for later calls (``pb.MediaItem(media_id=bind_id)``)."""
+    if isinstance(image, pb.MediaItem):
+        item = pb.MediaItem()
+        item.CopyFrom(image)
+    elif isinstance(image, (bytes, bytearray, memoryview)):
+        item = pb.MediaItem(data=bytes(image))
+    elif isinstance(image, Path):
+        item = pb.MediaItem(data=image.read_bytes())
+    elif isinstance(image, str):
         if not _SCHEME.match(image) and not image.startswith("/") and os.path.isfile(image):
             raise ValueError(
                 f"{image!r} is a local file, but a str is sent to the server as a URL, path or base64: "
                 f"pass pathlib.Path({image!r}) (read and sent as bytes) or the bytes themselves")
-        return pb.MediaItem(url=image)
-    raise TypeError(f"an image is bytes, a pathlib.Path or a URL string, not {type(image).__name__}")
+        item = pb.MediaItem(url=image)
+    else:
+        raise TypeError(f"an image is bytes, a pathlib.Path, a URL string or a MediaItem, not {type(image).__name__}")
+    opts = _image_options_message(options)
+    if opts is not None:
+        item.options.CopyFrom(opts)
+    if bind_id:
+        item.bind_id = bind_id
+    return item
+
+
+def missing_media(error: grpc.RpcError) -> list[int] | None:
+    """The image indexes a NOT_FOUND for media ids names (its trailing metadata), else None."""
+    if error.code() != grpc.StatusCode.NOT_FOUND:
+        return None
+    for key, value in error.trailing_metadata() or ():
+        if key == MISSING_MEDIA_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            return [int(i) for i in text.split(",") if i.strip()]
+    return None
 
 
 def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.ndarray]:
@@ -117,14 +182,21 @@ class Client:
     def __init__(self, target, *, timeout: float | None = 60.0, max_message_bytes: int = 512 * MiB,
                  tls: bool = False, tls_ca: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_server_name: str | None = None, token: str | None = None,
-                 resolve: bool = False, health_interval: float = 1.0, channel_options: list | None = None):
+                 resolve: bool = False, health_interval: float = 1.0, channel_options: list | None = None,
+                 media_ids=False, media_memory: int = 4096):
         """``target``: ``"host:port"``, several (a list or comma-separated), or with
         ``resolve`` a DNS name standing for all its addresses. ``tls``: TLS with the
         system's CAs (``tls_ca``: trust this CA file instead; ``tls_cert``/``tls_key``:
         client certificate for mTLS). ``token``: sent as ``authorization: Bearer``.
         ``channel_options``: more grpc channel arguments, e.g. ``[("grpc.use_local_subchannel_pool",
         1)]`` for a connection of its own (channels to one target otherwise share one, which
-        ``serve --processes`` then cannot spread over its processes)."""
+        ``serve --processes`` then cannot spread over its processes).
+        ``media_ids``: send images given as bytes (or a ``Path``) by their blake3 hash
+        (``MediaItem.media_id``) and resend as data, at once and once, those the server
+        answers it does not hold. True (or "always"): every such image goes by its hash
+        first (the server may hold it from any caller; a new image costs one small extra
+        call); "known": only images this client has sent before (the ``media_memory``
+        latest), the others as data. False: always as data."""
         self.target = target if isinstance(target, str) else ",".join(target)
         self.timeout = timeout
         self.endpoints = Endpoints(
@@ -137,6 +209,12 @@ class Client:
             tls=tls, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name,
             token=token, resolve=resolve, health_interval=health_interval,
         )
+        if media_ids not in (False, True, "always", "known"):
+            raise ValueError(f"media_ids is False, True, 'always' or 'known', not {media_ids!r}")
+        self.media_ids = "always" if media_ids is True else media_ids
+        self._media_memory = int(media_memory)
+        self._sent: OrderedDict[str, None] = OrderedDict()  # hashes a server accepted from us
+        self._sent_lock = threading.Lock()
         first = self.endpoints.endpoints[0]
         self._channel = first.channel  # the first target's (with one target: the only one)
         self.stub = first.stub
@@ -154,6 +232,7 @@ class Client:
         timeout: float | None = None,
         max_image_tokens: int | None = None,
         options: pb.PayloadOptions | None = None,
+        image_options=None,
     ) -> pb.PreprocessResponse:
         """Preprocess ``images``; with ``backend`` the payload comes back in the response.
 
@@ -164,18 +243,89 @@ class Client:
         over it fails the call with RESOURCE_EXHAUSTED. ``options`` (``payload_options``):
         the payload's pixel dtype and tensor transport; without a backend, a hint that
         stages the pixel tensor in shared memory for the Assemble to come.
+        ``image_options`` (``image_options(...)``, an ``ImageOptions`` or a dict): what this
+        request asks of every image (pixel bounds, a token budget, detail); an image's own
+        (``media_item(image, options=...)``) override them field by field.
         """
         req = pb.PreprocessRequest(
             request_id=request_id,
             model=model,
             input_ids=list(input_ids or ()),
-            images=[media_item(im) for im in images],
             backend=backend_value(backend),
             keep_handle=keep_handle,
             max_image_tokens=max_image_tokens or 0,
             payload_options=options,
+            image_options=_image_options_message(image_options),
         )
-        return self.endpoints.call_any("Preprocess", req, self._timeout(timeout))
+        return self._with_media("Preprocess", req, images, self._timeout(timeout))
+
+    def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
+             timeout: float | None = None, max_image_tokens: int | None = None,
+             image_options=None) -> pb.PlanResponse:
+        """What ``preprocess`` with the same images, ids and options would produce, from the
+        image headers alone: per image (``images``) its hash, sizes, grid, token count,
+        ranges, effective options and ``cached``, and ``input_ids_length``. Nothing is
+        decoded or kept; the server keeps the bytes for media ids."""
+        req = pb.PreprocessRequest(request_id=request_id, model=model, input_ids=list(input_ids or ()),
+                                   max_image_tokens=max_image_tokens or 0,
+                                   image_options=_image_options_message(image_options))
+        return self._with_media("Plan", req, images, self._timeout(timeout))
+
+    def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout):
+        """Call ``method`` with the images; with ``media_ids``, bytes go by hash and the ones
+        the server does not hold are sent again as data (once)."""
+        byte_images: dict[int, bytes] = {}  # index -> bytes sent by hash (for a resend)
+        hashes: dict[int, str] = {}
+        for i, image in enumerate(images):
+            raw = self.media_ids and isinstance(image, (bytes, bytearray, memoryview, Path))
+            item = None if raw else media_item(image)
+            if item is not None and not (self.media_ids and item.WhichOneof("source") == "data" and not item.bind_id):
+                req.images.append(item)
+                continue
+            # bytes this call may send by their hash
+            data = item.data if item is not None else image.read_bytes() if isinstance(image, Path) else image
+            digest = hashes[i] = content_hash(data)
+            if self.media_ids == "always" or self._was_sent(digest):
+                byte_images[i] = data
+                by_id = req.images.add(media_id=digest)
+                if item is not None and item.HasField("options"):
+                    by_id.options.CopyFrom(item.options)
+            elif item is not None:
+                req.images.append(item)
+            else:
+                req.images.add(data=bytes(data))
+        try:
+            resp = self.endpoints.call_any(method, req, timeout)
+        except grpc.RpcError as e:
+            missing = missing_media(e) if byte_images else None
+            if not missing or any(i not in byte_images for i in missing):
+                raise  # not ids sent for bytes this call has
+            for i in missing:
+                req.images[i].ClearField("media_id")
+                req.images[i].data = bytes(byte_images[i])
+                self._forget(hashes[i])
+            resp = self.endpoints.call_any(method, req, timeout)
+        self._remember(hashes.values())
+        return resp
+
+    def _was_sent(self, digest: str) -> bool:
+        with self._sent_lock:
+            if digest in self._sent:
+                self._sent.move_to_end(digest)
+                return True
+            return False
+
+    def _remember(self, digests) -> None:
+        with self._sent_lock:
+            for d in digests:
+                self._sent[d] = None
+                self._sent.move_to_end(d)
+            while len(self._sent) > self._media_memory:
+                self._sent.popitem(last=False)
+
+    def _forget(self, digest: str) -> None:
+        with self._sent_lock:
+            self._sent.pop(digest, None)
 
     def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None,
                  options: pb.PayloadOptions | None = None) -> pb.BackendPayload:

@@ -104,6 +104,17 @@ def _cache_and_store_metrics(s):
         yield _gauge("store_peak_bytes", "The most the handle store ever held.", st.peak_bytes)
         yield _counter("store_evictions", "Handles evicted to make room.", st.evicted)
         yield _counter("store_expired", "Handles that expired unused.", st.expired)
+    if s.media is not None:
+        m = s.media
+        yield _gauge("media_items", "Encoded images kept for media ids.", m.items)
+        yield _gauge("media_bytes", "Bytes of encoded images kept for media ids.", m.bytes)
+        yield _gauge("media_max_bytes", "Media store capacity (0: media ids off).", m.max_bytes)
+        yield _gauge("media_peak_bytes", "The most the media store ever held.", m.peak_bytes)
+        yield _gauge("media_bound_ids", "Client media ids bound now.", m.bound_ids)
+        yield _counter("media_hits", "Media ids found in the media store.", m.hits)
+        yield _counter("media_misses", "Media ids not held (answered NOT_FOUND).", m.misses)
+        yield _counter("media_stored", "Encoded images added to the media store.", m.stored)
+        yield _counter("media_evictions", "Encoded images evicted from the media store.", m.evictions)
 
 
 def _stage_histogram(s) -> HistogramMetricFamily:

@@ -15,11 +15,13 @@ One server interceptor (``Gate``):
 * it counts the unary calls it let through that have not finished (response sent), so
   the drain knows when the last one is done.
 
-TLS credentials (``server_credentials``) and tokens (``load_tokens``) are read here too.
+TLS credentials (``server_credentials``) and tokens (``load_tokens``) are read here too, and
+a call's caller identity (``caller_identity``: token, certificate or peer) is told here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 from pathlib import Path
@@ -89,6 +91,27 @@ class Gate(grpc.aio.ServerInterceptor):
 
     def _finished(self, _context) -> None:
         self.active -= 1
+
+
+def caller_identity(context, tokens: bool) -> str:
+    """Who is calling, for what is kept per caller (client-chosen media ids): with token
+    authentication the token's hash (every holder of a token is one caller); else the
+    client certificate's hash under mTLS; else the peer address (``ipv4:host:port``: one
+    connection)."""
+    if tokens:
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION:
+                text = value.decode("latin-1") if isinstance(value, bytes) else value
+                token = text.strip().partition(" ")[2].strip().encode("utf-8", "replace")
+                return "token:" + hashlib.sha256(token).hexdigest()[:32]
+    try:
+        auth = context.auth_context() or {}
+    except Exception:  # a context without one (tests' fakes)
+        auth = {}
+    cert = auth.get("x509_pem_cert")
+    if cert:
+        return "cert:" + hashlib.sha256(cert[0]).hexdigest()[:32]
+    return "peer:" + (context.peer() or "")
 
 
 def _refusal(handler, code: grpc.StatusCode, message: str):

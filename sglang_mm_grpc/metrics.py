@@ -87,6 +87,7 @@ class Snapshot:
     fetch: dict = field(default_factory=dict)
     cache: object | None = None  # cache.CacheStats
     store: object | None = None  # store.StoreStats
+    media: object | None = None  # media_store.MediaStats
     work_busy: int = 0
     image_steps: int = 0
     image_steps_skipped: int = 0

@@ -38,7 +38,8 @@ from .media import FetchPolicy, MediaFetcher
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
 from . import calls, owners
-from .gate import Gate, server_credentials
+from .gate import Gate, caller_identity, server_credentials
+from .media_store import MediaStore
 from .servicer import SERVICE_NAME, PreprocessorServicer
 from .siblings import Siblings
 from .shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
@@ -55,6 +56,8 @@ HealthServicer = health.aio.HealthServicer
 HEALTH_SERVICE_NAME = health.SERVICE_NAME
 
 MiB = 1 << 20
+#: Encoded images kept for media ids, by default.
+DEFAULT_MEDIA_STORE_BYTES = 256 * MiB
 #: Seconds a cold start compiles per model, roughly (2-core VM; shared kernels make it less per model).
 FIRST_START_S_PER_MODEL = 5
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -88,6 +91,12 @@ class ServerConfig:
     max_image_tokens: int = DEFAULT_MAX_IMAGE_TOKENS
     # Preprocessed images kept for repeats, shared by all models (0 disables).
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    # Encoded images kept by blake3 for media ids (MediaItem.media_id; 0: none kept, every
+    # media id is answered NOT_FOUND and the client sends the bytes).
+    media_store_bytes: int = DEFAULT_MEDIA_STORE_BYTES
+    # Client-chosen media ids (MediaItem.bind_id, and media_id other than a hash), bound per
+    # caller identity; False: only hashes name images.
+    client_media_ids: bool = True
     # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
     # 0: admission.default_max_in_flight(workers).
     max_in_flight: int = 0
@@ -145,6 +154,7 @@ class Server:
         self.port: int | None = None
         self.preprocessors: dict[str, Preprocessor] = {}
         self.cache = PreprocessCache(config.cache_bytes) if config.cache_bytes > 0 else None
+        self.media = MediaStore(config.media_store_bytes, client_ids=config.client_media_ids)
         self.metrics = Metrics()
         self.max_in_flight = config.max_in_flight or default_max_in_flight(self.workers)
         self.metrics_endpoint = None  # exporter.MetricsEndpoint when metrics_port is set
@@ -177,6 +187,8 @@ class Server:
             transport=self.transport,
             forward=self.siblings.forward if self.siblings else None,
             merge_stats=self.siblings.stats if self.siblings else None,
+            media=self.media,
+            caller=functools.partial(caller_identity, tokens=bool(cfg.auth_tokens)),
         )
         server = grpc.aio.server(
             interceptors=[self.gate],
@@ -282,6 +294,7 @@ class Server:
             "fetch": self.fetcher.stats if self.fetcher is not None else {},
             "cache": self.cache.stats if self.cache is not None else None,
             "store": self.store.stats(),
+            "media": self.media.stats(),
         }
 
     async def load(self) -> None:

@@ -3,8 +3,9 @@
 Every failure leaves as one gRPC status: a PreprocessError keeps its code and message,
 a passed deadline is DEADLINE_EXCEEDED, anything unexpected is INTERNAL (and logged).
 CPU work runs in the executor the server hands in, never on the event loop.
-Media fetching goes through the single ``fetch`` coroutine given to the servicer.
-Preprocess and Assemble pass an in-flight limit first (refused at once when full);
+Media fetching goes through the single ``fetch`` coroutine given to the servicer; media
+ids are resolved from the media store (``media_store.py``) before anything is fetched.
+Preprocess, Plan and Assemble pass an in-flight limit first (refused at once when full);
 every call is counted and logged as one JSON line (``metrics.py``).
 """
 
@@ -28,10 +29,11 @@ from . import tensors
 from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
-from .carriers import PreprocessOutput
+from .carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput
 from .driver import Preprocessor
 from .errors import Code, PreprocessError
 from .media.sources import describe as describe_source
+from .media_store import MediaStore, MissingMedia, check_client_id, is_hash_id
 from .metrics import BUCKETS_MS, Metrics, RequestRecord, Snapshot
 from .store import HandleStore, TooLarge
 from .transport import Resolved, Transport
@@ -87,6 +89,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         owner: "owners.Owner | None" = None,
         forward: Callable | None = None,
         merge_stats: Callable | None = None,
+        media: MediaStore | None = None,
+        caller: Callable | None = None,
     ):
         """``max_in_flight``: Preprocess/Assemble calls at once (past it: RESOURCE_EXHAUSTED).
         ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store).
@@ -95,7 +99,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         and Release of another replica's handle answer FAILED_PRECONDITION naming the owner,
         and of another process's handle go to ``forward(process, method, request, context)``
         (-> the owner's serialized response). ``merge_stats(own, context)``: GetStats for the
-        whole replica (``siblings.py``)."""
+        whole replica (``siblings.py``). ``media``: the encoded images kept for media ids
+        (None: none kept). ``caller(context)``: the caller's identity that scopes its client
+        media ids (default: the peer address)."""
         self.owner = owner
         self._forward = forward
         self._merge_stats = merge_stats
@@ -110,6 +116,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         self._busy_lock = threading.Lock()
         self._busy = 0  # pool tasks submitted and not finished (cancelled calls included)
         self._cancels: set[threading.Event] = set()  # one per preprocessing call in the pool
+        self.media = media if media is not None else MediaStore(0)
+        self._caller = caller or (lambda context: "peer:" + (context.peer() or ""))
 
     def set_models(self, models: Mapping[str, Preprocessor]) -> None:
         """Install the loaded models; until then every RPC answers UNAVAILABLE."""
@@ -120,6 +128,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     async def Preprocess(self, request: pb.PreprocessRequest, context) -> pb.PreprocessResponse:
         rec = RequestRecord("Preprocess", request_id=request.request_id, model=request.model)
         return await self._run(context, rec, self._preprocess, request, context, admit=True)
+
+    async def Plan(self, request: pb.PreprocessRequest, context) -> pb.PlanResponse:
+        rec = RequestRecord("Plan", request_id=request.request_id, model=request.model)
+        return await self._run(context, rec, self._plan, request, context, admit=True)
 
     async def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
         rec = RequestRecord("Assemble", handle=request.handle)
@@ -146,6 +158,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         models = self.models or {}
         parts = dict(self._stats_parts()) if self._stats_parts is not None else {}
         parts.setdefault("store", self.store.stats())
+        parts.setdefault("media", self.media.stats())
         return self.metrics.snapshot(
             in_flight=self.admission.in_flight,
             max_in_flight=self.admission.limit,
@@ -158,29 +171,119 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
 
     # -- the work ------------------------------------------------------------------------
 
+    async def _fetched(self, request: pb.PreprocessRequest, context, rec: RequestRecord, deadline: "_Deadline",
+                       pp: Preprocessor) -> "_Request":
+        """The request checked (shape, options, media ids) before anything is fetched, then
+        its images' bytes: fetched, decoded from data URLs, or the media store's."""
+        rec.images = len(request.images)
+        input_ids = list(request.input_ids) if request.input_ids else None
+        pp.check_request(len(request.images), input_ids)  # before any fetch
+        options, image_options = _image_options(request)
+        pp.configure(len(request.images), options, image_options, request.max_image_tokens or None)
+        media = self._media_sources(request, context)
+        deadline.check("fetching")
+        tf = time.perf_counter()
+        raw = await self.fetch(media.sources, deadline.at)
+        rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
+        rec.bytes = sum(len(b) for b in raw)
+        return _Request(pp, raw, input_ids, options, image_options, media, request.max_image_tokens or None)
+
+    def _media_sources(self, request: pb.PreprocessRequest, context) -> "_Media":
+        """Each image's source (its URL, data URL, path, base64 text or bytes; a media id's
+        bytes from the store, with their hash) and the ids to bind. MissingMedia (NOT_FOUND,
+        naming every image not held) before anything is fetched."""
+        store = self.media
+        sources, hashes, binds, missing = [], [], [], []
+        scope = None
+        for i, item in enumerate(request.images):
+            which = item.WhichOneof("source")
+            if which is None:
+                raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url, data or media_id", item=i)
+            if item.bind_id:
+                if which == "media_id":
+                    raise PreprocessError(Code.INVALID_ARGUMENT, "bind_id binds the bytes sent in url or data; "
+                                          "this image is a media_id", item=i)
+                self._check_client_ids("bind_id", i)
+                check_client_id(item.bind_id, "bind_id", i)
+                scope = scope or self._caller(context)
+            binds.append(item.bind_id or None)
+            if which != "media_id":
+                sources.append(item.url if which == "url" else item.data)
+                hashes.append(None)
+                continue
+            media_id = item.media_id
+            if is_hash_id(media_id):
+                digest = media_id.lower()
+            else:
+                self._check_client_ids("a client media_id", i)
+                check_client_id(media_id, "media_id", i)
+                scope = scope or self._caller(context)
+                digest = store.resolve(scope, media_id)
+            data = store.get(digest) if digest is not None else None
+            if data is None:
+                missing.append((i, media_id))
+            sources.append(data if data is not None else b"")
+            hashes.append(digest if data is not None else None)
+        if missing:
+            raise MissingMedia(missing, "" if store.enabled else " (it keeps no media: serve --media-store-bytes 0)")
+        return _Media(sources, hashes, binds, scope)
+
+    def _check_client_ids(self, what: str, item: int) -> None:
+        if not self.media.client_ids:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"{what} is refused: client media ids are off on this "
+                                  "server (serve --no-client-media-ids); send the bytes, or their blake3 hash as "
+                                  "media_id", item=item)
+
+    def _remember(self, req: "_Request", images: list[ImageResult]) -> None:
+        """Keep the request's newly sent images for media ids, and bind its ids to them."""
+        media = req.media
+        for i, im in enumerate(images):
+            if media.hashes[i] is None:
+                self.media.put(im.hash, req.raw[i])
+            if media.binds[i]:
+                self.media.bind(media.scope, media.binds[i], im.hash)
+
+    async def _plan(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
+        deadline = _Deadline(context)
+        pp = self._model(request.model)
+        req = await self._fetched(request, context, rec, deadline, pp)
+        deadline.check("planning")
+        tw = time.perf_counter()
+        try:
+            out, work_ms = await self._cancellable(ticket, deadline, self._plan_work, req)
+        except PreprocessError as e:
+            raise _naming_source(e, req.media.sources) from None
+        rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - work_ms)
+        resp = pb.PlanResponse(request_id=request.request_id, input_ids_length=out.input_ids_length,
+                               image_token_id=out.image_token_id)
+        for im in out.images:
+            _fill_image_info(resp.images.add(), im)
+        resp.timings.fetch_ms = rec.stages_ms["fetch"]
+        resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
+        return resp
+
+    def _plan_work(self, req: "_Request", *, cancel: threading.Event) -> tuple[PlanOutput, float]:
+        t0 = time.perf_counter()
+        out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
+                             options=req.options, image_options=req.image_options, hashes=req.media.hashes)
+        self._remember(req, out.images)
+        return out, (time.perf_counter() - t0) * 1e3
+
     async def _preprocess(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
         deadline = _Deadline(context)
         pp = self._model(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
-        rec.images = len(request.images)
-        input_ids = list(request.input_ids) if request.input_ids else None
         resolved = self.transport.resolve(request.payload_options, backend, len(request.images))
-        pp.check_request(len(request.images), input_ids)  # before any fetch
-        sources = _sources(request)
-        deadline.check("fetching")
-        tf = time.perf_counter()
-        raw = await self.fetch(sources, deadline.at)
-        rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
-        rec.bytes = sum(len(b) for b in raw)
+        req = await self._fetched(request, context, rec, deadline, pp)
         deadline.check("preprocessing")
-        job = _Job(pp, raw, input_ids, request, backend, backend is None or request.keep_handle, rec, resolved)
+        job = _Job(req, request, backend, backend is None or request.keep_handle, rec, resolved)
         tw = time.perf_counter()
         try:
             # preprocess, keep, assemble and serialize: one pool task, the event loop free
             done = await self._cancellable(ticket, deadline, self._work, job, abandoned=self._drop_kept)
         except PreprocessError as e:
-            raise _naming_source(e, sources) from None
+            raise _naming_source(e, req.media.sources) from None
         timings = done.output.timings_ms
         for stage in ("decode", "process", "layout"):
             rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
@@ -204,16 +307,19 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         t0 = time.perf_counter()
         stager = self.transport.stager(job.resolved)  # the kernels write pixel_values into SHM
         kept = None
+        req = job.req
         try:
-            out = job.model.preprocess(job.raw, job.input_ids, cancel=cancel,
-                                       max_image_tokens=job.request.max_image_tokens or None, allocate=stager)
+            out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
+                                       allocate=stager, options=req.options, image_options=req.image_options,
+                                       hashes=req.media.hashes)
+            self._remember(req, out.images)
             resp = _response(job.request, out)
             resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
             resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
             if cancel.is_set():
                 raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
             if job.keep:
-                kept = Kept(job.model.name, out, job.model.field_layout)
+                kept = Kept(req.model.name, out, req.model.field_layout)
                 resp.handle = self._keep(kept)
                 kept.staged = stager.keep(resp.handle) if stager is not None else None
         except BaseException:
@@ -225,7 +331,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             return _Done(out, resp, resp.handle, 0.0, (time.perf_counter() - t0) * 1e3)
         try:
             wire_bytes, assemble_ms = self._serialized_with_payload(
-                resp, out, job.model.field_layout, job.backend, job.rec.t0, job.resolved,
+                resp, out, req.model.field_layout, job.backend, job.rec.t0, job.resolved,
                 stager.segment if stager is not None else None, kept)
         except BaseException:
             self._drop_kept(resp.handle)
@@ -459,6 +565,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             code, message = e.code.value, e.message
             log.debug("%s: %s", e.code.value, e.message)
             finish()
+            trailing = getattr(e, "trailing", None)
+            if trailing:  # e.g. the images a client should send again (MissingMedia)
+                context.set_trailing_metadata(tuple(context.trailing_metadata() or ()) + tuple(trailing))
             await context.abort(grpc.StatusCode[e.code.value], e.message)
         except asyncio.CancelledError:
             # grpc cancels the handler when the deadline passes or the client goes away;
@@ -497,12 +606,33 @@ def _timed(fn, *args):
 
 
 @dataclass(frozen=True)
+class _Media:
+    """A request's image sources, after its media ids were resolved."""
+
+    sources: list  # what to fetch: URL / path / base64 strings or bytes (a media id's: the store's)
+    hashes: list  # a media id's blake3 (known: not recomputed), else None
+    binds: list  # the client id to bind to the image's hash, else None
+    scope: str | None  # the caller identity the ids belong to (when the request uses client ids)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A Preprocess or Plan call after its checks and its fetch."""
+
+    model: Preprocessor
+    raw: list  # encoded bytes, in order
+    input_ids: list[int] | None
+    options: ImageOptions | None  # the request's image_options
+    image_options: list | None  # each MediaItem's options (None where unset), or None
+    media: _Media
+    max_image_tokens: int | None  # the request's budget per image (None: the model's)
+
+
+@dataclass(frozen=True)
 class _Job:
     """A Preprocess call's work after its fetch."""
 
-    model: Preprocessor
-    raw: list
-    input_ids: list[int] | None
+    req: _Request
     request: pb.PreprocessRequest
     backend: int | None  # assemble this backend's payload in the same task
     keep: bool  # keep the result under a handle
@@ -519,15 +649,37 @@ class _Done:
     work_ms: float  # the pool task's own time (the rest of the call's wall time is queueing)
 
 
-def _sources(request: pb.PreprocessRequest) -> list:
-    """Each MediaItem's source: its URL (or path, data URL, base64 text), or its bytes."""
-    sources = []
-    for i, item in enumerate(request.images):
-        which = item.WhichOneof("source")
-        if which is None:
-            raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url or data", item=i)
-        sources.append(item.url if which == "url" else item.data)
-    return sources
+_DETAILS = {pb.DETAIL_UNSPECIFIED: None, pb.DETAIL_AUTO: "auto", pb.DETAIL_LOW: "low", pb.DETAIL_HIGH: "high"}
+_DETAIL_VALUES = {"auto": pb.DETAIL_AUTO, "low": pb.DETAIL_LOW, "high": pb.DETAIL_HIGH}
+
+
+def _image_options(request: pb.PreprocessRequest) -> tuple[ImageOptions | None, list | None]:
+    """(the request's image_options, each image's own options or None), or (None, None)."""
+    options = _options(request.image_options, "image_options", None) if request.HasField("image_options") else None
+    per_image = [_options(item.options, "options", i) if item.HasField("options") else None
+                 for i, item in enumerate(request.images)]
+    return options, per_image if any(o is not None for o in per_image) else None
+
+
+def _options(msg: pb.ImageOptions, where: str, item: int | None) -> ImageOptions:
+    if msg.detail not in _DETAILS:
+        raise PreprocessError(Code.INVALID_ARGUMENT, f"{where}.detail: unknown value {msg.detail} (DETAIL_AUTO, "
+                              "DETAIL_LOW or DETAIL_HIGH)", item=item)
+    return ImageOptions(
+        min_pixels=msg.min_pixels if msg.HasField("min_pixels") else None,
+        max_pixels=msg.max_pixels if msg.HasField("max_pixels") else None,
+        max_tokens=msg.max_tokens if msg.HasField("max_tokens") else None,
+        detail=_DETAILS[msg.detail],
+    )
+
+
+def _fill_options(msg: pb.ImageOptions, options: ImageOptions) -> None:
+    for name in ("min_pixels", "max_pixels", "max_tokens"):
+        value = getattr(options, name)
+        if value is not None:
+            setattr(msg, name, value)
+    if options.detail is not None:
+        msg.detail = _DETAIL_VALUES[options.detail]
 
 
 def _naming_source(e: PreprocessError, sources) -> PreprocessError:
@@ -546,19 +698,7 @@ def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
         image_token_id=out.image_token_id,
     )
     for im in out.images:
-        info = resp.images.add(
-            hash=im.hash,
-            token_count=im.token_count,
-            height=im.height,
-            width=im.width,
-            resized_height=im.resized_height,
-            resized_width=im.resized_width,
-            encoded_bytes=im.encoded_bytes,
-            cached=im.cached,
-        )
-        info.structural_range.offset, info.structural_range.length = im.structural_range
-        for offset, length in im.patch_ranges:
-            info.patch_ranges.add(offset=offset, length=length)
+        _fill_image_info(resp.images.add(), im)
     if out.positions is not None:
         tensors.fill(resp.mrope.positions, out.positions)
         resp.mrope.delta = int(out.rope_delta or 0)
@@ -566,6 +706,21 @@ def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
     resp.timings.decode_ms = float(t.get("decode_ms", 0.0))
     resp.timings.process_ms = float(t.get("process_ms", 0.0))
     return resp
+
+
+def _fill_image_info(info: pb.ImageInfo, im: ImageResult) -> None:
+    info.hash = im.hash
+    info.token_count = im.token_count
+    info.height, info.width = im.height, im.width
+    info.resized_height, info.resized_width = im.resized_height, im.resized_width
+    info.encoded_bytes = im.encoded_bytes
+    info.cached = im.cached
+    info.structural_range.offset, info.structural_range.length = im.structural_range
+    for offset, length in im.patch_ranges:
+        info.patch_ranges.add(offset=offset, length=length)
+    info.grid.extend(im.grid)
+    if im.options is not None:
+        _fill_options(info.options, im.options)
 
 
 def _model_info(info: dict) -> pb.ModelInfo:
@@ -620,6 +775,14 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
             pb.StoreStats(
                 items=st.items, bytes=st.bytes, max_items=st.max_items, max_bytes=st.max_bytes,
                 evicted=st.evicted, expired=st.expired, peak_bytes=st.peak_bytes,
+            )
+        )
+    if s.media is not None:
+        m = s.media
+        resp.media.CopyFrom(
+            pb.MediaStoreStats(
+                items=m.items, bytes=m.bytes, max_bytes=m.max_bytes, hits=m.hits, misses=m.misses, stored=m.stored,
+                evictions=m.evictions, bound_ids=m.bound_ids, peak_bytes=m.peak_bytes,
             )
         )
     for stage, h in s.stages.items():

@@ -95,6 +95,8 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.calls",
             # transport: a call's payload options against the server's defaults, staging, kept segments
             "sglang_mm_grpc.transport",
+            # media_store: encoded images kept by blake3 for media ids, client ids bound per caller
+            "sglang_mm_grpc.media_store",
         ],
         "may_import": ["wire", "driver", "base"],
         # servicer names each image's source in logs and errors with media.sources.describe.

@@ -32,6 +32,13 @@ class TensorTransport(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TENSOR_TRANSPORT_INLINE: _ClassVar[TensorTransport]
     TENSOR_TRANSPORT_SHM: _ClassVar[TensorTransport]
     TENSOR_TRANSPORT_AUTO: _ClassVar[TensorTransport]
+
+class Detail(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DETAIL_UNSPECIFIED: _ClassVar[Detail]
+    DETAIL_AUTO: _ClassVar[Detail]
+    DETAIL_LOW: _ClassVar[Detail]
+    DETAIL_HIGH: _ClassVar[Detail]
 BACKEND_UNSPECIFIED: Backend
 BACKEND_SGLANG: Backend
 BACKEND_VLLM: Backend
@@ -45,6 +52,10 @@ TENSOR_TRANSPORT_UNSPECIFIED: TensorTransport
 TENSOR_TRANSPORT_INLINE: TensorTransport
 TENSOR_TRANSPORT_SHM: TensorTransport
 TENSOR_TRANSPORT_AUTO: TensorTransport
+DETAIL_UNSPECIFIED: Detail
+DETAIL_AUTO: Detail
+DETAIL_LOW: Detail
+DETAIL_HIGH: Detail
 
 class PayloadOptions(_message.Message):
     __slots__ = ("pixel_dtype", "transport", "shm_min_bytes", "shm_namespace_id")
@@ -76,16 +87,34 @@ class PlaceholderRange(_message.Message):
     length: int
     def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
+class ImageOptions(_message.Message):
+    __slots__ = ("min_pixels", "max_pixels", "max_tokens", "detail")
+    MIN_PIXELS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PIXELS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    min_pixels: int
+    max_pixels: int
+    max_tokens: int
+    detail: Detail
+    def __init__(self, min_pixels: _Optional[int] = ..., max_pixels: _Optional[int] = ..., max_tokens: _Optional[int] = ..., detail: _Optional[_Union[Detail, str]] = ...) -> None: ...
+
 class MediaItem(_message.Message):
-    __slots__ = ("url", "data")
+    __slots__ = ("url", "data", "media_id", "options", "bind_id")
     URL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_ID_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    BIND_ID_FIELD_NUMBER: _ClassVar[int]
     url: str
     data: bytes
-    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    media_id: str
+    options: ImageOptions
+    bind_id: str
+    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
-    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options")
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +123,7 @@ class PreprocessRequest(_message.Message):
     KEEP_HANDLE_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -102,10 +132,11 @@ class PreprocessRequest(_message.Message):
     keep_handle: bool
     max_image_tokens: int
     payload_options: PayloadOptions
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ...) -> None: ...
+    image_options: ImageOptions
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ..., image_options: _Optional[_Union[ImageOptions, _Mapping]] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
-    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached")
+    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached", "options", "grid")
     HASH_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     STRUCTURAL_RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +147,8 @@ class ImageInfo(_message.Message):
     RESIZED_WIDTH_FIELD_NUMBER: _ClassVar[int]
     ENCODED_BYTES_FIELD_NUMBER: _ClassVar[int]
     CACHED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
     hash: str
     token_count: int
     structural_range: PlaceholderRange
@@ -126,7 +159,9 @@ class ImageInfo(_message.Message):
     resized_width: int
     encoded_bytes: int
     cached: bool
-    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ...) -> None: ...
+    options: ImageOptions
+    grid: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., grid: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MropePositions(_message.Message):
     __slots__ = ("positions", "delta")
@@ -187,6 +222,20 @@ class BackendPayload(_message.Message):
     trtllm: _trtllm_service_pb2.MultimodalInput
     tokenspeed: _tokenspeed_scheduler_pb2.MultimodalInputs
     def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ...) -> None: ...
+
+class PlanResponse(_message.Message):
+    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_IDS_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
+    input_ids_length: int
+    image_token_id: int
+    timings: StageTimings
+    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ...) -> None: ...
 
 class AssembleRequest(_message.Message):
     __slots__ = ("handle", "backend", "release", "payload_options")
@@ -423,6 +472,28 @@ class CacheStats(_message.Message):
     peak_bytes: int
     def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., too_large: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
+class MediaStoreStats(_message.Message):
+    __slots__ = ("items", "bytes", "max_bytes", "hits", "misses", "stored", "evictions", "bound_ids", "peak_bytes")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    BOUND_IDS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    items: int
+    bytes: int
+    max_bytes: int
+    hits: int
+    misses: int
+    stored: int
+    evictions: int
+    bound_ids: int
+    peak_bytes: int
+    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., stored: _Optional[int] = ..., evictions: _Optional[int] = ..., bound_ids: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
+
 class StoreStats(_message.Message):
     __slots__ = ("items", "bytes", "max_items", "max_bytes", "evicted", "expired", "peak_bytes")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
@@ -452,7 +523,7 @@ class WorkStats(_message.Message):
     def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages")
+    __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages", "media")
     class RequestsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -473,6 +544,7 @@ class GetStatsResponse(_message.Message):
     STORE_FIELD_NUMBER: _ClassVar[int]
     WORK_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     uptime_s: float
     in_flight: int
     max_in_flight: int
@@ -486,4 +558,5 @@ class GetStatsResponse(_message.Message):
     store: StoreStats
     work: WorkStats
     stages: _containers.RepeatedCompositeFieldContainer[LatencyHistogram]
-    def __init__(self, uptime_s: _Optional[float] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., rejected_busy: _Optional[int] = ..., requests: _Optional[_Mapping[str, int]] = ..., statuses: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., images: _Optional[int] = ..., image_bytes: _Optional[int] = ..., fetch: _Optional[_Union[FetchStats, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., store: _Optional[_Union[StoreStats, _Mapping]] = ..., work: _Optional[_Union[WorkStats, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ...) -> None: ...
+    media: MediaStoreStats
+    def __init__(self, uptime_s: _Optional[float] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., rejected_busy: _Optional[int] = ..., requests: _Optional[_Mapping[str, int]] = ..., statuses: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., images: _Optional[int] = ..., image_bytes: _Optional[int] = ..., fetch: _Optional[_Union[FetchStats, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., store: _Optional[_Union[StoreStats, _Mapping]] = ..., work: _Optional[_Union[WorkStats, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., media: _Optional[_Union[MediaStoreStats, _Mapping]] = ...) -> None: ...

@@ -64,6 +64,11 @@ class MultimodalPreprocessorStub:
                 request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.Plan = channel.unary_unary(
+                '/sglang_mm.v1.MultimodalPreprocessor/Plan',
+                request_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.PreprocessRequest.SerializeToString,
+                response_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.PlanResponse.FromString,
+                _registered_method=True)
 
 
 class MultimodalPreprocessorServicer:
@@ -114,6 +119,16 @@ class MultimodalPreprocessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Plan(self, request, context):
+        """What Preprocess would produce for the same request, from the image headers alone:
+        per image its hash, sizes, grid, token count, ranges, effective options and whether
+        the preprocessing cache holds it; the expanded ids' length. No pixel is decoded and
+        nothing is kept. Token counts and ranges equal what Preprocess then produces.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MultimodalPreprocessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +161,11 @@ def add_MultimodalPreprocessorServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.FromString,
                     response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'Plan': grpc.unary_unary_rpc_method_handler(
+                    servicer.Plan,
+                    request_deserializer=sglang__mm_dot_v1_dot_preprocessor__pb2.PreprocessRequest.FromString,
+                    response_serializer=sglang__mm_dot_v1_dot_preprocessor__pb2.PlanResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +330,33 @@ class MultimodalPreprocessor:
             '/sglang_mm.v1.MultimodalPreprocessor/GetServerInfo',
             sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoRequest.SerializeToString,
             sglang__mm_dot_v1_dot_preprocessor__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Plan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang_mm.v1.MultimodalPreprocessor/Plan',
+            sglang__mm_dot_v1_dot_preprocessor__pb2.PreprocessRequest.SerializeToString,
+            sglang__mm_dot_v1_dot_preprocessor__pb2.PlanResponse.FromString,
             options,
             channel_credentials,
             insecure,
