@@ -163,10 +163,10 @@ def test_no_handle_left_behind(server, stub):
             stub.Release(pb.ReleaseRequest(handle=h))
         typical = sorted(dt for _, _, dt in probes)[len(probes) // 2]
         outcomes = list(ex.map(lambda i: one(i, rng.uniform(0.05, 2.0) * typical)[:2], range(90)))
-    handles = [h for _, h in outcomes if len(h) == 32]
-    failed = {rid for rid, h in outcomes if len(h) != 32}
+    handles = [h for _, h in outcomes if "@" in h]  # <token>@<owner>; the rest are status names
+    failed = {rid for rid, h in outcomes if "@" not in h}
     assert handles and failed, "deadlines must both pass and fail"
-    assert {h for _, h in outcomes if len(h) != 32} <= {"DEADLINE_EXCEEDED"}
+    assert {h for _, h in outcomes if "@" not in h} <= {"DEADLINE_EXCEEDED"}
     assert procs.wait_until(lambda: server.stats().in_flight == 0, 10)
     for h in handles:
         assert stub.Release(pb.ReleaseRequest(handle=h)).released
