@@ -1,4 +1,4 @@
-"""Command line: ``sglang-mm-grpc preprocess | models | serve | call`` (benchmarks: ``python scripts/bench.py``)."""
+"""Command line: ``sglang-mm-grpc preprocess | plan | models | serve | call`` (benchmarks: ``python scripts/bench.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 
 from .cli_call import add_call_parser
 from .cli_remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
-from .cli_remote import add_client_security_arguments
+from .cli_remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
+from .cli_remote import image_options_of, options_text
 
 
 def _preprocess_local(args) -> int:
@@ -32,18 +33,17 @@ def _preprocess_local(args) -> int:
     pp.warmup()
     t0 = time.perf_counter()
     try:
-        out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids))
+        out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args))
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
         return 1
     ms = (time.perf_counter() - t0) * 1e3
-    grids = out.tensors.get("image_grid_thw")
     for i, (path, im, t) in enumerate(zip(args.images, out.images, out.item_timings_ms)):
-        grid = " grid " + "x".join(map(str, grids[i].tolist())) if grids is not None else ""
+        grid = " grid " + "x".join(map(str, im.grid)) if im.grid else ""
         work = "cached" if t["cached"] else f"decode {t['decode_ms']:.1f} ms, process {t['process_ms']:.1f} ms"
         print(
             f"[{i}] {path}: HxW {im.height}x{im.width} -> {im.resized_height}x{im.resized_width}{grid}, "
-            f"{im.token_count} tokens, blake3 {im.hash[:16]}, {work}"
+            f"{im.token_count} tokens, blake3 {im.hash[:16]}, {work} ({options_text(im.options)})"
         )
     print(
         f"{pp.info['reference_processor']}: "
@@ -57,6 +57,34 @@ def _preprocess_local(args) -> int:
             arrays["mrope_position_delta"] = np.array([out.rope_delta], dtype=np.int64)
         np.savez(args.out, **arrays)
         print(f"wrote {args.out}: {', '.join(arrays)}")
+    return 0
+
+
+def _plan_local(args) -> int:
+    from . import Preprocessor, PreprocessError
+
+    try:
+        budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
+        pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
+        blobs = [Path(p).read_bytes() for p in args.images]
+    except PreprocessError as e:
+        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args))
+    except PreprocessError as e:
+        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        return 1
+    for i, (path, im) in enumerate(zip(args.images, out.images)):
+        grid = " grid " + "x".join(map(str, im.grid)) if im.grid else ""
+        print(f"[{i}] {path}: HxW {im.height}x{im.width} -> {im.resized_height}x{im.resized_width}{grid}, "
+              f"{im.token_count} tokens at {im.structural_range[0]}, blake3 {im.hash[:16]} "
+              f"({options_text(im.options)})")
+    print(f"{out.input_ids_length} input ids; {sum(out.token_counts)} image tokens; "
+          f"{out.timings_ms['total_ms']:.2f} ms (headers only, nothing decoded)")
     return 0
 
 
@@ -89,9 +117,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --backend: the pixel tensor's wire dtype (default: the backend's)")
     add_processor_argument(p, "locally: ")
     add_budget_argument(p)
+    add_image_options_arguments(p)
+    add_media_ids_argument(p)
     add_client_security_arguments(p)
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
+
+    q = sub.add_parser("plan", help="what preprocess would produce (sizes, grid, tokens, ranges), from the image "
+                       "headers alone (locally, or through a server with --target)")
+    q.add_argument("--model", required=True, help="preset id, model directory, or (with --target) a served name")
+    q.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
+    q.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
+    q.add_argument("--timeout", type=float, default=120.0, help="with --target: deadline in seconds")
+    add_processor_argument(q, "locally: ")
+    add_budget_argument(q)
+    add_image_options_arguments(q)
+    add_media_ids_argument(q)
+    add_client_security_arguments(q)
+    q.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
+    q.set_defaults(func=_plan)
 
     m = sub.add_parser("models", help="list the built-in model presets")
     m.set_defaults(func=_models)
@@ -110,7 +154,21 @@ def _preprocess(args) -> int:
         return run_remote_preprocess(args)
     if args.backend:
         raise SystemExit("--backend needs --target (a running server assembles backend payloads)")
+    if args.media_ids:
+        raise SystemExit("--media-ids needs --target (a server keeps the bytes the ids name)")
     return _preprocess_local(args)
+
+
+def _plan(args) -> int:
+    if args.target:
+        if args.processor:
+            raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
+        from .cli_remote import run_remote_plan
+
+        return run_remote_plan(args)
+    if args.media_ids:
+        raise SystemExit("--media-ids needs --target (a server keeps the bytes the ids name)")
+    return _plan_local(args)
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,8 @@
 """Command line for the service: ``serve``, and ``preprocess --target`` through a server.
 
-Hooked into ``sglang_mm_grpc.cli`` (``add_serve_parser``, ``run_remote_preprocess``);
-also runnable on its own: ``python -m sglang_mm_grpc.cli_remote serve|preprocess ...``.
+Hooked into ``sglang_mm_grpc.cli`` (``add_serve_parser``, ``run_remote_preprocess``,
+``run_remote_plan``); also runnable on its own:
+``python -m sglang_mm_grpc.cli_remote serve|preprocess ...``.
 """
 
 from __future__ import annotations
@@ -323,6 +324,49 @@ def add_budget_argument(p) -> None:
                    "(default: as serve --max-image-tokens)")
 
 
+def add_image_options_arguments(p) -> None:
+    """``--detail`` / ``--min-pixels`` / ``--max-pixels`` / ``--max-tokens``: what the request
+    asks of every image (``ImageOptions``; what each family honours: docs/REQUESTS.md)."""
+    g = p.add_argument_group("image options, for every image (docs/REQUESTS.md: what each family honours)")
+    g.add_argument("--detail", choices=("auto", "low", "high"),
+                   help="OpenAI's detail: low is a small budget where the family has one (Qwen-VL: 64 tokens; "
+                   "Inkling: no upscale); auto and high are the model's")
+    g.add_argument("--min-pixels", type=positive_int, metavar="N", help="Qwen-VL: smart_resize's min_pixels")
+    g.add_argument("--max-pixels", type=positive_int, metavar="N", help="Qwen-VL: smart_resize's max_pixels")
+    g.add_argument("--max-tokens", type=positive_int, metavar="N",
+                   help="Qwen-VL: the most tokens an image may expand into (max_pixels = N x (patch x merge)^2)")
+
+
+def image_options_of(args):
+    """The ``ImageOptions`` those arguments ask for, or None."""
+    from .carriers import ImageOptions
+
+    options = ImageOptions(min_pixels=getattr(args, "min_pixels", None), max_pixels=getattr(args, "max_pixels", None),
+                           max_tokens=getattr(args, "max_tokens", None), detail=getattr(args, "detail", None))
+    return None if options == ImageOptions() else options
+
+
+def add_media_ids_argument(p) -> None:
+    p.add_argument("--media-ids", action="store_true",
+                   help="with --target: send image files by their blake3 hash, and their bytes only if the "
+                   "server does not hold them already")
+
+
+def options_text(options) -> str:
+    """ImageInfo.options (or ImageResult.options) in words: "min_pixels 3136, max_pixels ..., detail low"."""
+    if options is None:
+        return ""
+    if hasattr(options, "as_dict"):
+        fields = options.as_dict()
+    else:
+        from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+        fields = {f.name: v for f, v in options.ListFields()}
+        if "detail" in fields:
+            fields["detail"] = pb.Detail.Name(fields["detail"]).removeprefix("DETAIL_").lower()
+    return ", ".join(f"{k} {v}" for k, v in fields.items())
+
+
 def run_serve(args) -> int:
     from .media import FetchPolicy
     from .server import ServerConfig, run
@@ -413,6 +457,8 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
     add_budget_argument(p)
+    add_image_options_arguments(p)
+    add_media_ids_argument(p)
     add_client_security_arguments(p)
     p.add_argument("images", nargs="+", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
     p.set_defaults(func=run_remote_preprocess)
@@ -442,24 +488,22 @@ def run_remote_preprocess(args) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0, **security) as client:
+    media_ids = bool(getattr(args, "media_ids", False))
+    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0, media_ids=media_ids,
+                **security) as client:
         try:
             dtype = getattr(args, "pixel_dtype", None)
             resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend,
                                      max_image_tokens=getattr(args, "max_image_tokens", None),
-                                     options=payload_options(dtype) if dtype else None)
+                                     options=payload_options(dtype) if dtype else None,
+                                     image_options=image_options_of(args))
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except grpc.RpcError as e:
             print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
 
-    for i, (src, im) in enumerate(zip(args.images, resp.images)):
-        print(
-            f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: HxW {im.height}x{im.width} -> "
-            f"{im.resized_height}x{im.resized_width}, {im.token_count} tokens "
-            f"at {im.structural_range.offset}, blake3 {im.hash[:16]}{', cached' if im.cached else ''}"
-        )
+    _print_images(args.images, resp.images)
     t = resp.timings
     print(
         f"{len(resp.input_ids)} input ids; fetch {t.fetch_ms:.1f} ms, decode {t.decode_ms:.1f} ms, "
@@ -474,6 +518,47 @@ def run_remote_preprocess(args) -> int:
     if args.out:
         np.savez(args.out, **arrays)
         print(f"wrote {args.out}: {', '.join(arrays)}")
+    return 0
+
+
+def _print_images(names, images) -> None:
+    """One line per image of a PreprocessResponse or PlanResponse."""
+    for i, (src, im) in enumerate(zip(names, images)):
+        grid = f", grid {'x'.join(map(str, im.grid))}" if im.grid else ""
+        options = options_text(im.options)
+        print(
+            f"[{i}] {src if len(src) < 80 else src[:77] + '...'}: HxW {im.height}x{im.width} -> "
+            f"{im.resized_height}x{im.resized_width}{grid}, {im.token_count} tokens "
+            f"at {im.structural_range.offset}, blake3 {im.hash[:16]}{', cached' if im.cached else ''}"
+            f"{f' ({options})' if options else ''}"
+        )
+
+
+def run_remote_plan(args) -> int:
+    """``plan --target``: what Preprocess would produce, from the servers' reading of the
+    headers. Reads ``args`` as ``run_remote_preprocess`` does (no backend, no out)."""
+    import grpc
+
+    from .client import Client
+
+    try:
+        sources = [s if _URL.match(s) else Path(s).read_bytes() for s in args.images]
+        security = client_security(args)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with Client(args.target, timeout=getattr(args, "timeout", None) or 120.0,
+                media_ids=bool(getattr(args, "media_ids", False)), **security) as client:
+        try:
+            resp = client.plan(args.model, sources, input_ids=parse_ids(getattr(args, "input_ids", None)),
+                               max_image_tokens=getattr(args, "max_image_tokens", None),
+                               image_options=image_options_of(args))
+        except grpc.RpcError as e:
+            print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+            return 1
+    _print_images(args.images, resp.images)
+    print(f"{resp.input_ids_length} input ids; {sum(im.token_count for im in resp.images)} image tokens; "
+          f"total {resp.timings.total_ms:.2f} ms (server side; nothing decoded)")
     return 0
 
 

@@ -50,6 +50,7 @@ def shown_default(text: str) -> str:
 
 SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-send-bytes", ServerConfig, "max_send_bytes"),
          ("--store-bytes", ServerConfig, "store_bytes"), ("--cache-bytes", ServerConfig, "cache_bytes"),
+         ("--media-store-bytes", ServerConfig, "media_store_bytes"),
          ("--request-byte-budget", FetchPolicy, "request_byte_budget"),
          ("--max-remote-bytes", FetchPolicy, "max_remote_bytes")]
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
