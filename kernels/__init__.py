@@ -41,4 +41,4 @@ numba.config.CACHE_DIR = cache_dir(Path(__file__).resolve().parent)
 
 def cached() -> bool:
     """Whether these kernels were compiled into the cache before (a warm start)."""
-    return any(Path(numba.config.CACHE_DIR).glob("*.nbi"))
+    return any(Path(numba.config.CACHE_DIR).rglob("*.nbi"))

@@ -1,0 +1,48 @@
+"""The README's two commands, on a fresh clone, as a newcomer runs them.
+
+``./scripts/test`` makes the clone's own ``.venv`` and runs pytest in it (here on one
+small test file: the whole suite is what CI itself runs through the same command);
+``./scripts/serve`` then reuses that venv, compiles the kernels into the clone's cold
+cache, reports SERVING with every built-in preset, and exits 0 on SIGTERM. The clone is
+of what is committed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from servers import REPO, Proc, free_port, wait_serving
+
+
+def test_the_two_commands_on_a_fresh_clone(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "NUMBA_CACHE_DIR")}
+
+    tested = subprocess.run([str(clone / "scripts" / "test"), "-q", "-p", "no:cacheprovider", "tests/test_layering.py"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
+    assert " passed" in tested.stdout.splitlines()[-1]
+    assert (clone / ".venv" / "bin" / "sglang-mm-grpc").exists()
+
+    port = free_port()
+    served = Proc([str(clone / "scripts" / "serve"), "--port", str(port)], tmp_path / "serve.log",
+                  env={"VIRTUAL_ENV": None, "NUMBA_CACHE_DIR": None})
+    try:
+        wait_serving(f"127.0.0.1:{port}", served, timeout=1200)
+        log = served.log_text()
+        assert "installing sglang-mm-grpc" not in log  # ./scripts/test set the venv up already
+        assert "compiling kernels (first start only" in log and f"SERVING on 127.0.0.1:{port}" in log
+        assert _cache_dirs(clone)
+    finally:
+        served.signal(signal.SIGTERM)
+        code = served.wait(120)
+    assert code == 0, served.log_text()[-3000:]
+
+
+def _cache_dirs(clone: Path) -> list[str]:
+    """The clone's own kernel cache (compiled by its first start, not borrowed from ours)."""
+    return [str(p) for p in (clone / "kernels" / "__pycache__").glob("numba-*") if any(p.rglob("*.nbi"))]
