@@ -335,7 +335,7 @@ class Preprocessor:
         header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
         plan = _within(family.plan(header.height, header.width, i), header.height, header.width, i, budget)
         img = decode_pixels(header, transparency=family.transparency)
-        if (img.height, img.width) != (header.height, header.width):  # an animated PNG's late orientation
+        if (img.height, img.width) != (header.height, header.width):  # never seen: open_image reads orientation
             plan = _within(family.plan(img.height, img.width, i), img.height, img.width, i, budget, True)
         decode_ms = (time.perf_counter() - td) * 1e3
         return _Admitted(h, img.height, img.width, plan, img, None, target, decode_ms)

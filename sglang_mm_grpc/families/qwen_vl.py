@@ -140,27 +140,28 @@ class QwenVL(Family[Grid]):
         return self if processor == self.config.processor else QwenVL(replace(self.config, processor=processor))
 
     def configured(self, options: ImageOptions) -> "QwenVL":
-        """min_pixels / max_pixels as ``Qwen2VLImageProcessor`` takes them per call; the
+        """min_pixels / max_pixels as ``Qwen2VLImageProcessor`` takes them per call. The
         effective max_pixels is the smallest of max_pixels (else the model's),
         ``max_tokens * (patch * merge)**2`` and, for ``detail: low``,
-        ``LOW_DETAIL_TOKENS * (patch * merge)**2``; min_pixels is the request's (refused
-        above that) or the model's, lowered to the max when above it."""
+        ``LOW_DETAIL_TOKENS * (patch * merge)**2``. min_pixels is the request's (refused
+        above that max) or the model's, lowered to the max when above it; when a token
+        budget (max_tokens, detail low) sets the max, to at most a quarter of it, so that
+        smart_resize's rounding up of a small image stays within the budget."""
         c = self.config
         unit = self.factor**2  # pixels per token
-        caps = [options.max_pixels if options.max_pixels is not None else c.max_pixels]
-        if options.max_tokens is not None:
-            caps.append(options.max_tokens * unit)
-        if options.detail == "low":
-            caps.append(LOW_DETAIL_TOKENS * unit)
-        max_pixels = min(caps)
-        if options.min_pixels is None:
-            min_pixels = min(c.min_pixels, max_pixels)
-        elif options.min_pixels > max_pixels:
-            raise self.refusal("min_pixels", options.min_pixels,
-                               f"it is above the effective max_pixels {max_pixels} (from max_pixels, max_tokens "
-                               f"x {unit} pixels per token and detail); smart_resize needs min <= max")
-        else:
+        token_caps = [n * unit for n in (options.max_tokens, LOW_DETAIL_TOKENS if options.detail == "low" else None)
+                      if n is not None]
+        max_pixels = min([options.max_pixels if options.max_pixels is not None else c.max_pixels, *token_caps])
+        if options.min_pixels is not None:
+            if options.min_pixels > max_pixels:
+                raise self.refusal("min_pixels", options.min_pixels,
+                                   f"it is above the effective max_pixels {max_pixels} (from max_pixels, max_tokens "
+                                   f"x {unit} pixels per token and detail); smart_resize needs min <= max")
             min_pixels = options.min_pixels
+        else:
+            min_pixels = min(c.min_pixels, max_pixels)
+            if token_caps and max_pixels == min(token_caps):
+                min_pixels = min(min_pixels, max(1, max_pixels // 4))
         if (min_pixels, max_pixels) == (c.min_pixels, c.max_pixels):
             return self
         return QwenVL(replace(c, min_pixels=min_pixels, max_pixels=max_pixels))

@@ -60,9 +60,9 @@ class ImageHeader:
     For a PNG whose EXIF Pillow reads only with the pixels (an eXIf chunk, XMP or an
     ImageMagick "Raw profile type exif" after the image data), the chunks after the image
     data are read here with Pillow's own chunk handlers, the image data skipped by its
-    chunk lengths, never decompressed (``_png_orientation``). The one exception is an
-    animated PNG whose orientation comes after its image data: its size here is the
-    stored one, and callers compare the decoded size (the driver re-plans it).
+    chunk lengths, never decompressed (``_png_orientation``), so the size is the decoded
+    one; callers still compare the decoded size (the driver re-plans an image whose
+    decoded size differs, which no file in the tests does).
     """
 
     image: Image.Image
@@ -172,11 +172,12 @@ def _png_orientation(data: bytes, im: Image.Image) -> int:
     chunk headers (the image data is skipped by length) and read with Pillow's own
     handlers, in ``load_end``'s order and with its stopping rules, into a copy of the
     header's info; an image holding that info answers ``getexif`` as the decoded one will.
-    An animated PNG keeps its header's answer (see ``ImageHeader``)."""
+    An animated PNG is read up to the next frame's fcTL, where ``load_end`` stops."""
     info = dict(im.info)
     tile = getattr(im, "tile", None) or ()
-    if tile and not getattr(im, "is_animated", False) and _any_text_after(data, tile[0][2]):
-        _read_chunks_after_data(data, tile[0][2] - 8, info)
+    animated = bool(getattr(im, "is_animated", False))
+    if tile and _any_text_after(data, tile[0][2]):
+        _read_chunks_after_data(data, tile[0][2] - 8, info, animated)
     probe = Image.new("L", (1, 1))
     probe.info = info
     return probe.getexif().get(_ORIENTATION, 1)
@@ -188,10 +189,11 @@ def _any_text_after(data: bytes, start: int) -> bool:
     return any(data.find(cid, start) >= 0 for cid in _PNG_TEXT_CHUNKS)
 
 
-def _read_chunks_after_data(data: bytes, first: int, info: dict) -> None:
+def _read_chunks_after_data(data: bytes, first: int, info: dict, animated: bool) -> None:
     """``PngImageFile.load_end`` on ``data``: the chunks after the run of image-data
     chunks that starts with the chunk header at ``first``, handled by a ``PngStream``
-    whose info is ``info``, up to IEND or the first chunk it cannot read."""
+    whose info is ``info``, up to IEND (an animated PNG: the next fcTL) or the first
+    chunk it cannot read."""
     from PIL import PngImagePlugin
 
     n = len(data)
@@ -211,7 +213,7 @@ def _read_chunks_after_data(data: bytes, first: int, info: dict) -> None:
             cid, chunk_pos, length = stream.read()
         except (struct.error, SyntaxError):
             break
-        if cid == b"IEND":
+        if cid == b"IEND" or (cid == b"fcTL" and animated):
             break
         try:
             stream.call(cid, chunk_pos, length)
