@@ -9,8 +9,8 @@ calls another module's kernel caches that callee's machine code too: after an ed
 So the cache lives in a directory named after a digest of every kernel source, and any
 edit here starts a fresh one (under ``$NUMBA_CACHE_DIR`` when that is set, else beside
 these files, or in the user's cache directory when this directory is read-only).
-numba has one cache directory per process, so other cached numba code in a process that
-imports these kernels is cached there too.
+A cache locator of numba's that claims the files of this directory only puts them there:
+numba's own settings, and where other numba code in the process caches, stay as they were.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import hashlib
 import os
 from pathlib import Path
 
-import numba
+from numba.core import caching
 
 
 def cache_dir(sources: Path, env=os.environ) -> str:
@@ -36,9 +36,32 @@ def cache_dir(sources: Path, env=os.environ) -> str:
     return str(Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-mm-grpc" / name)
 
 
-numba.config.CACHE_DIR = cache_dir(Path(__file__).resolve().parent)
+HERE = Path(__file__).resolve().parent
+CACHE_DIR = cache_dir(HERE)
+
+
+class _KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """numba's cache files of the kernels in this directory (and nothing else) go to ``CACHE_DIR``."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = CACHE_DIR
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if Path(py_file).resolve().parent != HERE:
+            return None
+        return super().from_function(py_func, py_file)
+
+
+if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
+    caching.CacheImpl._locator_classes.insert(0, _KernelCacheLocator)
 
 
 def cached() -> bool:
     """Whether these kernels were compiled into the cache before (a warm start)."""
-    return any(Path(numba.config.CACHE_DIR).rglob("*.nbi"))
+    return any(Path(CACHE_DIR).rglob("*.nbi"))

@@ -34,7 +34,7 @@ from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
 from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, Preprocessor
-from .media import FetchPolicy, MediaFetcher
+from .media import FetchPolicy, MediaFetcher, enable_in_place_decode
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
 from . import calls, owners
@@ -141,6 +141,7 @@ class Server:
 
     def __init__(self, config: ServerConfig):
         self.config = config
+        enable_in_place_decode()  # the server owns its process: decoded pixels are read in place
         self.workers = config.workers or default_threads()
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
         self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s,

@@ -3,9 +3,12 @@
 Pillow keeps RGB as 4 bytes per pixel (RGBX, the fourth byte padding) and copying it
 out as packed RGB costs a full pass over the image plus a second buffer alive at the
 peak (37 MB for a 12-megapixel photo). Pillow exports its buffer through the Arrow C
-data interface when the image sits in one memory block, which the block allocator
-(switched on here, for the process) makes every image do. The exported capsules hold a
-reference to the image memory, so the array stays valid after the image is gone.
+data interface when the image sits in one memory block, which Pillow's block allocator
+makes every image do. That is a setting of the whole process, so importing this package
+leaves it alone: the server turns it on (``enable_in_place_decode``), and so may a host
+process that wants the same; without it large images are copied out (same pixels).
+The exported capsules hold a reference to the image memory, so the array stays valid
+after the image is gone.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ import ctypes
 import numpy as np
 from PIL import Image
 
-Image.core.set_use_block_allocator(1)
+
+
+def enable_in_place_decode() -> None:
+    """Switch Pillow (for this whole process) to its block allocator, so decoded images
+    sit in one block each and are read in place instead of copied out."""
+    Image.core.set_use_block_allocator(1)
 
 
 class _ArrowSchema(ctypes.Structure):

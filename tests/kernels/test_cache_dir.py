@@ -6,8 +6,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numba
-
 import sglang_mm_grpc.kernels as kernels
 from sglang_mm_grpc.kernels import cache_dir
 
@@ -23,8 +21,12 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def test_the_loaded_kernels_use_the_digest_directory():
-    assert numba.config.CACHE_DIR == cache_dir(SOURCES)
-    assert Path(numba.config.CACHE_DIR).name.startswith("numba-")
+    from sglang_mm_grpc.kernels import resample_pil
+
+    assert kernels.CACHE_DIR == cache_dir(SOURCES) and Path(kernels.CACHE_DIR).name.startswith("numba-")
+    resample_pil.warmup()
+    (dispatcher,) = [resample_pil.horizontal_pass]
+    assert dispatcher._cache._cache_path == kernels.CACHE_DIR
 
 
 def test_editing_any_kernel_source_moves_the_cache(tmp_path):

@@ -17,9 +17,18 @@ from PIL import Image, ImageOps
 
 import imagegen
 from sglang_mm_grpc.media.decode import decode_image
-from sglang_mm_grpc.media.pillow_buffer import rgbx_view
+from sglang_mm_grpc.media.pillow_buffer import enable_in_place_decode, rgbx_view
 
 CORPUS = imagegen.modes_corpus()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def in_place_decode():
+    """As the server runs (``Server`` turns it on for its process); restored afterwards."""
+    before = Image.core.get_use_block_allocator()
+    enable_in_place_decode()
+    yield
+    Image.core.set_use_block_allocator(before)
 
 
 def _hf_rgb(raw: bytes) -> np.ndarray:

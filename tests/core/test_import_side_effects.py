@@ -1,0 +1,62 @@
+"""Importing the package (the Python API, the client) changes nothing global in the host
+process; the server turns on what it needs for itself (Pillow's block allocator, so
+decoded pixels are read in place)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from servers import REPO
+
+PROBE = r"""
+import json, os, sys, threading
+import numba, numpy as np
+from PIL import Image
+
+def state():
+    return {
+        "pillow_block_allocator": Image.core.get_use_block_allocator(),
+        "pillow_max_image_pixels": Image.MAX_IMAGE_PIXELS,
+        "numba_cache_dir": numba.config.CACHE_DIR,
+        "env": sorted(os.environ.items()),
+        "threads": threading.active_count(),
+        "numpy_err": np.geterr(),
+        "recursion": sys.getrecursionlimit(),
+    }
+
+before = state()
+import sglang_mm_grpc
+from sglang_mm_grpc import Preprocessor
+import sglang_mm_grpc.client
+import io
+buf = io.BytesIO()
+Image.new("RGB", (1200, 900), (10, 200, 30)).save(buf, "JPEG")
+out = Preprocessor.from_model("Qwen/Qwen2-VL-7B-Instruct").preprocess([buf.getvalue()])
+after = state()
+server_side = None
+if sys.argv[1:] == ["server"]:
+    from sglang_mm_grpc.server import Server, ServerConfig
+    Server(ServerConfig(port=0))
+    server_side = Image.core.get_use_block_allocator()
+print(json.dumps({"before": before, "after": after, "server": server_side,
+                  "tokens": int(out.images[0].token_count)}))
+"""
+
+
+def _probe(*args: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_importing_and_using_the_package_changes_no_global():
+    got = _probe()
+    assert got["tokens"] > 0
+    assert got["after"] == got["before"]
+
+
+def test_the_server_reads_decoded_pixels_in_place():
+    got = _probe("server")
+    assert got["before"]["pillow_block_allocator"] == 0 and got["server"] == 1
