@@ -157,13 +157,7 @@ def assemble(
     b = parse_backend(backend)
     name = BACKEND_NAMES[b]
     options = options or WireOptions()
-    dtype = _pixel_dtype(name, options)
-    if options.shm_required and name not in SHM_BACKENDS:
-        raise PreprocessError(
-            Code.FAILED_PRECONDITION,
-            f"{_LABEL[name]} payloads cannot use shared memory: {_NO_SHM[name]}; "
-            f"ask for TENSOR_TRANSPORT_INLINE or AUTO, or use vLLM or TokenSpeed",
-        )
+    dtype = check_options(b, options)
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b
     res = Assembled(msg)
@@ -192,6 +186,20 @@ _NO_SHM = {
     "sglang": "its TensorData (sglang_scheduler.proto) has only inline data bytes",
     "trtllm": "it receives the encoded images, not tensors",
 }
+
+
+def check_options(backend, options: WireOptions) -> str:
+    """The pixel wire dtype ``backend`` gets under ``options``, or FAILED_PRECONDITION for an
+    option its consumer cannot take (checked before any work by the servicer)."""
+    name = BACKEND_NAMES[parse_backend(backend)]
+    dtype = _pixel_dtype(name, options)
+    if options.shm_required and name not in SHM_BACKENDS:
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{_LABEL[name]} payloads cannot use shared memory: {_NO_SHM[name]}; "
+            f"ask for TENSOR_TRANSPORT_INLINE or AUTO, or use vLLM or TokenSpeed",
+        )
+    return dtype
 
 
 def _pixel_dtype(backend: str, options: WireOptions) -> str:

@@ -106,6 +106,8 @@ class Transport:
                               and options.shm_namespace_id == self.arena.namespace_id))
         name = asm.BACKEND_NAMES.get(backend) if backend else None
         wire_options = asm.WireOptions(dtype, shm, min_bytes, shm_required=named == "shm")
+        if backend:
+            asm.check_options(backend, wire_options)  # refused before anything is fetched
         # staged only where a payload can hand the whole float32 tensor out: vLLM's pixel
         # values, or TokenSpeed's one item (several items are several segments)
         whole = name is None or name == "vllm" or (name == "tokenspeed" and images == 1)

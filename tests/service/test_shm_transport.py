@@ -178,6 +178,10 @@ def test_shm_asked_of_a_backend_without_it(long):
         with pytest.raises(grpc.RpcError) as e:
             c.preprocess(QWEN2, RAWS, backend="sglang", options=payload_options("bfloat16"))
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "float32" in e.value.details()
+        # refused before anything is fetched (this URL would be PERMISSION_DENIED)
+        with pytest.raises(grpc.RpcError) as e:
+            c.preprocess(QWEN2, ["http://10.1.2.3/a.png"], backend="trtllm", options=SHM)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 def test_server_default_applies_where_the_backend_can_use_it(tmp_path):
