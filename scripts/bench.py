@@ -20,6 +20,10 @@ Sections (each prints its table; all numbers are medians of repeated runs):
   startup    time to SERVING with a cold numba cache, then with a warm one (5 fresh
              servers); 1st vs 10th request after SERVING (medians over those servers).
   cache      Preprocess of a repeated 1920x1080 image through the server vs its first time.
+  controls   media ids and Plan through one server: a repeated 1920x1080 JPEG sent by its
+             media id (the client hashes it and sends 64 characters) vs its first call
+             and vs resending its bytes; Plan of a 12 MP JPEG sent as bytes and by media
+             id, client side, with the server's own time and the in-process plan.
   memory     peak RSS a request adds vs the size of its output tensors (in a fresh
              process whose malloc maps every block of 128 KiB or more afresh and
              unmaps it on free, so the peak counts every buffer alive at once
@@ -544,6 +548,71 @@ def bench_cache(repeat: int) -> dict:
     return out
 
 
+def bench_controls(repeat: int) -> dict:
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc.client import Client
+    from sglang_mm_grpc.hashing import content_hash
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+
+    srv = _Server("--model", SERVER_MODEL)
+    out: dict = {"image": "1920x1080", "plan_image": "4032x3024"}
+    photo = make_image("4032x3024")
+    try:
+        srv.wait_serving()
+        with Client(srv.target) as c, Client(srv.target, media_ids="known") as ids:
+            c.preprocess(SERVER_MODEL, [make_image("640x480")])  # connection warm-up
+            ids.plan(SERVER_MODEL, [make_image("640x480")])
+            firsts, by_bytes, by_id = [], [], []
+
+            def timed(client, raw, times=None):
+                t0 = time.perf_counter()
+                handle = client.preprocess(SERVER_MODEL, [raw]).handle
+                if times is not None:
+                    times.append((time.perf_counter() - t0) * 1e3)
+                client.release(handle)
+
+            for k in range(max(5, repeat // 2)):
+                raw = variant(make_image("1920x1080"), k)  # new bytes: a miss
+                timed(c, raw, firsts)
+                timed(c, raw, by_bytes)
+                timed(ids, raw)  # the ids client's first sight of it: sent as bytes (untimed)
+                timed(ids, raw, by_id)
+                timed(ids, raw, by_id)
+            plans_bytes, plans_id, server_bytes, server_id = [], [], [], []
+            for k in range(max(5, repeat)):
+                raw = variant(photo, k)  # new bytes each time: hashed and opened afresh
+                t0 = time.perf_counter()
+                r = c.plan(SERVER_MODEL, [raw])
+                plans_bytes.append((time.perf_counter() - t0) * 1e3)
+                server_bytes.append(r.timings.total_ms)
+                item = pb.MediaItem(media_id=content_hash(raw))
+                t0 = time.perf_counter()
+                r = c.plan(SERVER_MODEL, [item])
+                plans_id.append((time.perf_counter() - t0) * 1e3)
+                server_id.append(r.timings.total_ms)
+    finally:
+        srv.stop()
+    pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
+    digest = content_hash(photo)
+    med = statistics.median
+    out.update(first_ms=med(firsts), repeat_bytes_ms=med(by_bytes), repeat_id_ms=med(by_id),
+               plan_bytes_ms=med(plans_bytes), plan_id_ms=med(plans_id), plan_bytes_server_ms=med(server_bytes),
+               plan_id_server_ms=med(server_id), plan_bytes_mb=len(photo) / 1e6,
+               plan_inprocess_ms=median_ms(lambda: pp.plan([photo], hashes=[digest]), repeat),
+               plan_inprocess_hashing_ms=median_ms(lambda: pp.plan([photo]), repeat))
+    out["repeat_id_fraction"] = out["repeat_id_ms"] / out["first_ms"]
+    out["repeat_bytes_fraction"] = out["repeat_bytes_ms"] / out["first_ms"]
+    print(f"  repeated 1920x1080 JPEG through the server: first {out['first_ms']:.1f} ms; again by media id "
+          f"{out['repeat_id_ms']:.2f} ms = {100 * out['repeat_id_fraction']:.1f}% (by its bytes "
+          f"{out['repeat_bytes_ms']:.2f} ms = {100 * out['repeat_bytes_fraction']:.1f}%)", flush=True)
+    print(f"  Plan of a 4032x3024 JPEG ({out['plan_bytes_mb']:.1f} MB) through the server: by bytes "
+          f"{out['plan_bytes_ms']:.2f} ms (server {out['plan_bytes_server_ms']:.2f} ms), by media id "
+          f"{out['plan_id_ms']:.2f} ms (server {out['plan_id_server_ms']:.2f} ms); in-process "
+          f"{out['plan_inprocess_ms']:.2f} ms with the hash known, {out['plan_inprocess_hashing_ms']:.2f} ms "
+          "hashing it", flush=True)
+    return out
+
+
 _MEMORY_PROBE = """
 import gc, sys
 from pathlib import Path
@@ -612,8 +681,8 @@ def chart(rows: list[dict], path: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python scripts/bench.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "memory"],
-                    choices=["inprocess", "server", "startup", "cache", "memory"])
+    ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "controls", "memory"],
+                    choices=["inprocess", "server", "startup", "cache", "controls", "memory"])
     ap.add_argument("--model", action="append", help=f"preset (repeatable; default {', '.join(MODELS)})")
     ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png] (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=15)
@@ -644,6 +713,9 @@ def main(argv=None) -> int:
     if "cache" in args.sections:
         print("preprocessing cache")
         results["cache"] = bench_cache(repeat)
+    if "controls" in args.sections:
+        print("media ids and Plan")
+        results["controls"] = bench_controls(repeat)
     if "memory" in args.sections:
         print("memory")
         results["memory"] = bench_memory(models)

@@ -250,7 +250,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         deadline.check("planning")
         tw = time.perf_counter()
         try:
-            out, work_ms = await self._cancellable(ticket, deadline, self._plan_work, req)
+            if _plan_inline(req):  # headers of bytes already hashed: cheaper than the hop to a worker
+                out, work_ms = self._plan_work(req, cancel=threading.Event())
+            else:
+                out, work_ms = await self._cancellable(ticket, deadline, self._plan_work, req)
         except PreprocessError as e:
             raise _naming_source(e, req.media.sources) from None
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - work_ms)
@@ -647,6 +650,17 @@ class _Done:
     handle: str
     assemble_ms: float
     work_ms: float  # the pool task's own time (the rest of the call's wall time is queueing)
+
+
+#: A Plan runs on the event loop, without the hop to a worker, when every image is a
+#: media id (nothing to hash: what is left is reading headers, about 0.1 ms a JPEG) and
+#: there are at most this many: measured on a 12 MP JPEG by id (scripts/bench.py
+#: controls), 0.33 ms inline vs 0.47 ms through the pool, server side.
+PLAN_INLINE_IMAGES = 8
+
+
+def _plan_inline(req: "_Request") -> bool:
+    return len(req.media.hashes) <= PLAN_INLINE_IMAGES and all(h is not None for h in req.media.hashes)
 
 
 _DETAILS = {pb.DETAIL_UNSPECIFIED: None, pb.DETAIL_AUTO: "auto", pb.DETAIL_LOW: "low", pb.DETAIL_HIGH: "high"}
