@@ -23,11 +23,14 @@ BACKENDS = (pb.BACKEND_SGLANG, pb.BACKEND_VLLM, pb.BACKEND_TRTLLM, pb.BACKEND_TO
 
 
 def fingerprint(resp: pb.PreprocessResponse) -> str:
-    """Everything but timings and the handle, serialized deterministically."""
+    """Everything but timings, the handle and whether the cache answered, serialized
+    deterministically."""
     r = pb.PreprocessResponse()
     r.CopyFrom(resp)
     r.ClearField("timings")
     r.ClearField("handle")
+    for im in r.images:
+        im.ClearField("cached")
     return hashlib.sha256(r.SerializeToString(deterministic=True)).hexdigest()
 
 
