@@ -5,10 +5,11 @@
     out = pp.preprocess([jpeg_bytes], input_ids=None)
 """
 
-from .carriers import ImageResult, PreprocessOutput
+from .carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput
 from .driver import Preprocessor
 from .errors import Code, PreprocessError
 
 __version__ = "0.1.0"
 
-__all__ = ["Code", "ImageResult", "PreprocessError", "PreprocessOutput", "Preprocessor", "__version__"]
+__all__ = ["Code", "ImageOptions", "ImageResult", "PlanOutput", "PreprocessError", "PreprocessOutput", "Preprocessor",
+           "__version__"]
