@@ -8,9 +8,15 @@ is not part of the package: it times the HF processors (transformers, and torch 
 torchvision ones, when installed) and draws with matplotlib, which the service never needs.
 
 Sections (each prints its table; all numbers are medians of repeated runs):
-  inprocess  per model and image: Pillow decode, writing the output once (a fresh
-             tensor), ours, ours after decode, HF's PIL and torchvision processors
-             (when installed); ratios ours/floor and HF/ours. One thread.
+  inprocess  per model and image: ours, HF's PIL and torchvision processors (when
+             installed) and the floor (Pillow decode + one write of a fresh output
+             tensor); ratios ours/floor, HF/ours and HF/decode (the most any
+             preprocessing after the same decode could gain). One thread. HF runs in a
+             process of its own that never imports this package (``bench_hf.py``;
+             ``--hf-python`` picks its interpreter), one call there and one here in
+             turn; ours gets never-seen bytes each call; the floor is timed in both
+             processes and the faster one used; our output is checked bit for bit
+             against the HF reference on the same bytes (``exact``).
   server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
              what gRPC alone takes to move a payload of that size; the same over shared
              memory (the pixels staged by Preprocess and handed out, or copied into a
@@ -28,9 +34,12 @@ Sections (each prints its table; all numbers are medians of repeated runs):
              process whose malloc maps every block of 128 KiB or more afresh and
              unmaps it on free, so the peak counts every buffer alive at once
              rather than what a warm heap happens to hold).
-Images are generated deterministically (smooth photo-like content; JPEG q90, PNG).
-This process tunes glibc malloc as ``serve`` does (``allocator.py``), so tensors are
-reused rather than faulted in afresh, for the floor and for ours alike.
+Images are generated deterministically: high-entropy photo-like JPEGs (``WxH:photoQ``,
+fine texture and sensor noise at quality Q, about 4 bits per pixel, decoding as slowly as
+camera photos do) and smooth synthetic ones (``WxH``, JPEG q90; ``WxH:png``).
+This process tunes glibc malloc and turns Pillow's block allocator on as ``serve`` does
+(``allocator.py``, ``media.enable_in_place_decode``), so tensors are reused rather than
+faulted in afresh and decoded pixels are read in place.
 """
 
 from __future__ import annotations
@@ -51,9 +60,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-IMAGES = ["640x480", "1280x720", "1920x1080", "4032x3024", "2560x1440:png"]
+#: Photo-like high-entropy JPEGs from 640x480 to 12 MP (quality 90-95), then a smooth
+#: synthetic JPEG and a PNG.
+IMAGES = ["640x480:photo95", "1024x768:photo92", "1280x720:photo90", "1920x1080:photo92", "2592x1944:photo95",
+          "4032x3024:photo92", "1920x1080", "2560x1440:png"]
 MODELS = ["Qwen/Qwen2-VL-7B-Instruct", "llava-hf/llava-v1.6-mistral-7b-hf", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
 SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 
@@ -62,9 +74,12 @@ SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 
 
 def make_image(spec: str) -> bytes:
-    """``WxH`` (JPEG q90) or ``WxH:png``: smooth content with sensor-like noise."""
+    """``WxH`` (JPEG q90) or ``WxH:png``: smooth content with sensor-like noise;
+    ``WxH:photoQ``: a high-entropy photo-like JPEG at quality Q (``photo_like``)."""
     dims, _, fmt = spec.partition(":")
     w, h = map(int, dims.split("x"))
+    if fmt.startswith("photo"):
+        return photo_like(w, h, int(fmt[5:] or 92))
     rng = np.random.default_rng(w * 31 + h)
     y = np.linspace(0, 1, h, dtype=np.float32)[:, None, None]
     x = np.linspace(0, 1, w, dtype=np.float32)[None, :, None]
@@ -72,6 +87,32 @@ def make_image(spec: str) -> bytes:
     a = np.clip(a + 12 * rng.standard_normal((h, w, 3), dtype=np.float32), 0, 255).astype(np.uint8)
     b = io.BytesIO()
     Image.fromarray(a).save(b, "PNG" if fmt == "png" else "JPEG", **({} if fmt == "png" else {"quality": 90}))
+    return b.getvalue()
+
+
+def photo_like(w: int, h: int, quality: int = 92) -> bytes:
+    """A deterministic JPEG that costs what a camera photo costs to decode: a scene of
+    coarse colour fields, fine texture (value noise at 16, 6, 3 and 1 px, like foliage
+    or fabric), and sensor noise (luma and chroma, per pixel); 4:2:0 as cameras write.
+    About 4 bits per pixel at q92-95 (a phone photo: 3-5), where the smooth images
+    above take about 1: entropy decoding, not the pixel count, sets decode time."""
+    rng = np.random.default_rng(w * 7919 + h * 31 + quality)
+
+    def upscaled(a: np.ndarray, resample) -> np.ndarray:
+        mode = "F" if a.dtype == np.float32 else None
+        return np.asarray(Image.fromarray(a, mode).resize((w, h), resample), dtype=np.float32)
+
+    scene = 0.55 * upscaled(rng.integers(0, 256, (5, 6, 3), dtype=np.uint8), Image.BICUBIC) \
+        + 0.45 * upscaled(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8), Image.BICUBIC)
+    texture = np.zeros((h, w), np.float32)
+    for cell, amplitude in ((16, 18), (6, 14), (3, 10), (1, 8)):
+        noise = rng.uniform(-1, 1, (h // cell + 2, w // cell + 2)).astype(np.float32)
+        texture += amplitude * upscaled(noise, Image.BILINEAR)
+    a = scene + texture[:, :, None]
+    a += 7.0 * rng.standard_normal((h, w, 1), dtype=np.float32)  # luma noise
+    a += 3.5 * rng.standard_normal((h, w, 3), dtype=np.float32)  # chroma noise
+    b = io.BytesIO()
+    Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(b, "JPEG", quality=quality)
     return b.getvalue()
 
 
@@ -92,116 +133,249 @@ def median_ms(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-# -- references -------------------------------------------------------------------------
+# -- references: HF's processors in a process of their own -------------------------------
+
+HF_WORKER = Path(__file__).resolve().parent / "bench_hf.py"
 
 
-def _hf_processors(model: str):
-    """(PIL-backend, torchvision-backend) HF image processors for a preset, each or None."""
-    try:
-        import logging
-
-        import transformers
-
-        logging.getLogger("transformers").setLevel(logging.ERROR)
-    except ImportError:
-        return None, None
+def _hf_kind_and_config(model: str) -> tuple[str, dict]:
+    """The HF image processor class name (without ``Pil``/``Fast``) and the preset's
+    preprocessor_config, for the HF worker to build both processors from."""
     from sglang_mm_grpc.config import resolve
 
-    src = resolve(model)
-    cfg = {k: v for k, v in src.preprocessor_config.items() if k not in ("processor_class",)}
+    cfg = {k: v for k, v in resolve(model).preprocessor_config.items() if k != "processor_class"}
     kind = str(cfg.pop("image_processor_type", "")).removesuffix("Fast").removesuffix("Pil")
-    if not kind:
-        return None, None
-    pil = getattr(transformers, kind + "Pil", None)
-    tv = getattr(transformers, kind, None)
-    try:
-        import torch
-        import torchvision  # noqa: F401
+    return kind, cfg
 
-        torch.set_num_threads(1)  # one thread, like ours
-    except ImportError:
-        tv = None
 
-    def build(cls):
+class _HFWorker:
+    """``scripts/bench_hf.py`` in a child process (``python``: any interpreter with
+    transformers, and torch for the torchvision column); it never imports this package.
+    Each request is one call, timed there; the answers are read here."""
+
+    def __init__(self, python: str):
+        self.proc = subprocess.Popen([python, str(HF_WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+
+    def ask(self, op: str, **fields) -> dict:
+        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the HF worker ({HF_WORKER.name}) exited with {self.proc.wait()}")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise RuntimeError(f"the HF worker refused {op}: {reply}")
+        return reply
+
+    def close(self) -> dict:
         try:
-            return cls(**cfg) if cls is not None else None
-        except Exception:
-            return None
+            return self.ask("quit")
+        finally:
+            self.proc.stdin.close()
+            self.proc.wait(30)
 
-    return build(pil), build(tv)
+
+def _png_variant(png: bytes, k: int) -> bytes:
+    """The same PNG as new bytes: a tEXt chunk holding ``k`` after IHDR."""
+    import zlib
+
+    body = b"tEXt" + b"variant\x00" + str(k).encode()
+    chunk = (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+    return png[:33] + chunk + png[33:]  # signature (8) + IHDR (25)
 
 
-def _run_hf(proc, raw: bytes, tensors: str = "np"):
-    return proc(ImageOps.exif_transpose(Image.open(io.BytesIO(raw))), return_tensors=tensors)
+def fresh_bytes(raw: bytes, k: int) -> bytes:
+    """``raw`` as never-seen bytes that decode to the same pixels (JPEG or PNG)."""
+    return _png_variant(raw, k) if raw.startswith(b"\x89PNG") else variant(raw, k)
+
+
+def _decode_rgb(raw: bytes):
+    im = Image.open(io.BytesIO(raw))
+    im.load()
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+def _digest(a: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float32).data).hexdigest()
 
 
 # -- sections ---------------------------------------------------------------------------
 
 
-def bench_inprocess(models, images, repeat) -> list[dict]:
+def bench_inprocess(models, images, repeat, hf_python: str | None = None, meta: dict | None = None) -> list[dict]:
+    """Ours here, HF's processors in ``bench_hf.py``'s process, one call each in turn.
+
+    Ours: ``Preprocessor.preprocess`` as the server runs it (this process's malloc tuned
+    and Pillow's block allocator on, ``enable_in_place_decode``), each call on bytes it
+    has never seen (the same image with a comment segment or text chunk naming the call:
+    another blake3, the same pixels) and with ``use_cache=False``: nothing is looked up
+    or kept, which is what a cache miss does apart from handing its result to the cache
+    (no copy for one image). HF: its PIL and torchvision processors on the same bytes, in
+    a process that never imports this package (default malloc and Pillow, torch at one
+    thread). The floor (Pillow decode + one write of a fresh output tensor) is timed in
+    both processes; the faster one is used. The calls rotate within each repetition, so
+    a slow stretch of the machine lands on all of them."""
     from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.config import preset_names
+    from sglang_mm_grpc.media import enable_in_place_decode
     from sglang_mm_grpc.media.decode import decode_image
 
+    enable_in_place_decode()  # as the server does: decoded pixels read in Pillow's buffer
+    meta = meta if meta is not None else {}
     rows = []
-    for model in models:
-        if model not in preset_names():
-            print(f"  (skipping {model}: not a preset here)")
-            continue
-        pp = Preprocessor.from_model(model, cache_bytes=0)
-        pp.warmup()
-        hf_pil, hf_tv = _hf_processors(model)
-        for spec in images:
-            raw = make_image(spec)
-            out = pp.preprocess([raw])
-            shape = out.pixel_values.shape
-            img = decode_image(raw, item=0)
-            plan = pp.family.plan(img.height, img.width, 0)
-            bshape, slots = pp.family.batch_shape([plan])
-            buf = np.zeros(bshape, np.float32)
-
-            def decode():
-                im = Image.open(io.BytesIO(raw))
-                im.load()
-                if im.mode != "RGB":
-                    im.convert("RGB")
-
-            row = {
-                "model": model, "image": spec, "bytes": len(raw), "output": list(shape),
-                "decode_ms": median_ms(decode, repeat),
-                "write_ms": median_ms(lambda: np.empty(shape, np.float32).fill(1.0), repeat),
-                "ours_ms": median_ms(lambda: pp.preprocess([raw]), repeat),
-                "post_decode_ms": median_ms(lambda: pp.family.process_item(img, plan, buf[slots[0]]), repeat),
-            }
-            slow = max(3, repeat // 4)
-            if hf_pil is not None:
-                row["hf_pil_ms"] = median_ms(lambda: _run_hf(hf_pil, raw), slow)
-            if hf_tv is not None:
-                # torch tensors, its native output (numpy has no bfloat16 for Llama 4)
-                row["hf_tv_ms"] = median_ms(lambda: _run_hf(hf_tv, raw, "pt"), slow)
-            row["floor_ms"] = row["decode_ms"] + row["write_ms"]
-            row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
-            for k in ("hf_pil", "hf_tv"):
-                if f"{k}_ms" in row:
-                    row[f"speedup_vs_{k}"] = row[f"{k}_ms"] / row["ours_ms"]
-                    # the most any preprocessing after the same Pillow decode could reach
-                    row[f"{k}_over_decode"] = row[f"{k}_ms"] / row["decode_ms"]
-            rows.append(row)
-            print(_inprocess_line(row), flush=True)
+    hf = _HFWorker(hf_python or sys.executable)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for model in models:
+                if model not in preset_names():
+                    print(f"  (skipping {model}: not a preset here)")
+                    continue
+                pp = Preprocessor.from_model(model, cache_bytes=0)
+                pp.warmup()
+                kind, cfg = _hf_kind_and_config(model)
+                loaded = hf.ask("load", kind=kind, config=cfg)
+                meta.update(hf_pid=loaded["pid"], bench_pid=os.getpid(), hf_versions=loaded["versions"],
+                            hf_imported_package=loaded["imported_package"])
+                for key, err in loaded["errors"].items():
+                    print(f"  ({model}: no {key} column: {err})")
+                available = loaded["available"]
+                # the reference ours is bit-exact with: HF's PIL class, else (Llama 4) torchvision's
+                reference = "hf_pil" if "hf_pil" in available else ("hf_tv" if "hf_tv" in available else None)
+                for spec in images:
+                    rows.append(_inprocess_row(pp, hf, model, spec, Path(tmp), repeat, available, reference,
+                                               decode_image))
+                    print(_inprocess_line(rows[-1]), flush=True)
+    finally:
+        meta["hf_imported_package_at_exit"] = hf.close().get("imported_package")
     return rows
 
 
-INPROCESS_HEADER = (f"{'model':<26} {'image':<14} {'decode':>7} {'write':>6} {'ours':>7} {'post':>6} "
-                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6}")
+def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: int, available, reference,
+                   decode_image) -> dict:
+    raw = make_image(spec)
+    path = tmp / "image"
+    path.write_bytes(raw)
+    out = pp.preprocess([raw], use_cache=False)
+    shape = out.pixel_values.shape
+    hf.ask("image", path=str(path), shape=list(shape))
+    img = decode_image(raw, item=0)
+    plan = pp.family.plan(img.height, img.width, 0)
+    bshape, slots = pp.family.batch_shape([plan])
+    buf = np.zeros(bshape, np.float32)
+    samples: dict[str, list] = {k: [] for k in ("ours", "post_decode", "decode_bench", "write_bench",
+                                                "decode_hf", "write_hf", *available)}
+    calls = 0
+
+    def ours():
+        nonlocal calls
+        fresh = fresh_bytes(raw, calls)
+        calls += 1
+        t0 = time.perf_counter()
+        pp.preprocess([fresh], use_cache=False)
+        return {"ours": (time.perf_counter() - t0) * 1e3}
+
+    def post_decode():
+        t0 = time.perf_counter()
+        pp.family.process_item(img, plan, buf[slots[0]])
+        return {"post_decode": (time.perf_counter() - t0) * 1e3}
+
+    def floor_bench():
+        t0 = time.perf_counter()
+        _decode_rgb(raw)
+        t1 = time.perf_counter()
+        np.empty(shape, np.float32).fill(1.0)
+        return {"decode_bench": (t1 - t0) * 1e3, "write_bench": (time.perf_counter() - t1) * 1e3}
+
+    def floor_hf():
+        r = hf.ask("time", what="floor")
+        return {"decode_hf": r["decode_ms"], "write_hf": r["write_ms"]}
+
+    def hf_call(key):
+        return lambda: {key: hf.ask("time", what=key)["ms"]}
+
+    calls_in_turn = [ours, floor_bench, *(hf_call(k) for k in available), floor_hf, post_decode]
+    for step in calls_in_turn:  # warm-up: first calls (allocations, lazy imports) untimed
+        step()
+    for rep in range(repeat):
+        k = rep % len(calls_in_turn)
+        for step in calls_in_turn[k:] + calls_in_turn[:k]:
+            for key, ms in step().items():
+                samples[key].append(ms)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    w, h = Image.open(io.BytesIO(raw)).size
+    row = {"model": model, "image": spec, "bytes": len(raw), "bits_per_pixel": 8 * len(raw) / (w * h),
+           "output": list(shape), "samples_each": repeat, "ours_ms": med["ours"], "post_decode_ms": med["post_decode"]}
+    floors = {p: statistics.median(d + w_ for d, w_ in zip(samples[f"decode_{p}"], samples[f"write_{p}"]))
+              for p in ("bench", "hf")}
+    side = min(floors, key=floors.get)
+    row.update(floor_ms=floors[side], floor_process=side, floor_bench_ms=floors["bench"], floor_hf_ms=floors["hf"],
+               decode_ms=med[f"decode_{side}"], write_ms=med[f"write_{side}"],
+               decode_bench_ms=med["decode_bench"], decode_hf_ms=med["decode_hf"],
+               write_bench_ms=med["write_bench"], write_hf_ms=med["write_hf"])
+    row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
+    fastest_decode = min(med["decode_bench"], med["decode_hf"])
+    for key in available:
+        row[f"{key}_ms"] = med[key]
+        row[f"speedup_vs_{key}"] = med[key] / row["ours_ms"]
+        # the most any preprocessing after the same Pillow decode could reach
+        row[f"{key}_over_decode"] = med[key] / fastest_decode
+    if reference is not None:
+        theirs = hf.ask("digest", what=reference)
+        row["exact_vs"] = reference
+        row["exact"] = theirs["sha256"] == _digest(out.pixel_values) and \
+            int(np.prod(theirs["shape"])) == out.pixel_values.size
+    row["samples_ms"] = {k: [round(x, 3) for x in v] for k, v in samples.items()}
+    return row
+
+
+def summarize_inprocess(rows: list[dict]) -> dict:
+    """Per model, over its photo-like JPEGs: the median of ours / floor, the least HF /
+    ours, and the HF / decode cap where that least one was measured."""
+    out = {}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        photos = [r for r in rows if r["model"] == model and ":photo" in r["image"]]
+        if not photos:
+            continue
+        s = {"images": [r["image"] for r in photos],
+             "median_ours_over_floor": statistics.median(r["ours_over_floor"] for r in photos)}
+        for key in ("hf_pil", "hf_tv"):
+            have = [r for r in photos if f"speedup_vs_{key}" in r]
+            if have:
+                least = min(have, key=lambda r: r[f"speedup_vs_{key}"])
+                s[f"min_speedup_vs_{key}"] = least[f"speedup_vs_{key}"]
+                s[f"min_speedup_vs_{key}_image"] = least["image"]
+                s[f"{key}_over_decode_there"] = least[f"{key}_over_decode"]
+        out[model] = s
+    return out
+
+
+def _print_summary(summary: dict) -> None:
+    for model, s in summary.items():
+        parts = [f"median ours/floor {s['median_ours_over_floor']:.2f}x"]
+        for key, name in (("hf_pil", "HF PIL"), ("hf_tv", "HF torchvision")):
+            if f"min_speedup_vs_{key}" in s:
+                parts.append(f"least {name}/ours {s[f'min_speedup_vs_{key}']:.2f}x at {s[f'min_speedup_vs_{key}_image']}"
+                             f" (cap {name}/decode there {s[f'{key}_over_decode_there']:.2f}x)")
+        print(f"  {model.split('/')[-1]}, photo JPEGs: " + "; ".join(parts), flush=True)
+
+
+INPROCESS_HEADER = (f"{'model':<26} {'image':<18} {'decode':>7} {'write':>6} {'ours':>7} {'post':>6} "
+                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6} {'cap':>6} {'exact':>5}")
 
 
 def _inprocess_line(r: dict) -> str:
     def f(key, width, fmt="{:.1f}"):
         return (fmt.format(r[key]) if key in r else "-").rjust(width)
 
-    return (f"{r['model'].split('/')[-1][:26]:<26} {r['image']:<14} {f('decode_ms', 7)} {f('write_ms', 6)} "
+    cap = r.get("hf_pil_over_decode", r.get("hf_tv_over_decode"))
+    return (f"{r['model'].split('/')[-1][:26]:<26} {r['image']:<18} {f('decode_ms', 7)} {f('write_ms', 6)} "
             f"{f('ours_ms', 7)} {f('post_decode_ms', 6, '{:.2f}')} {f('hf_pil_ms', 7)} {f('hf_tv_ms', 7)} "
-            f"{f('ours_over_floor', 7, '{:.2f}x')} {f('speedup_vs_hf_pil', 6, '{:.1f}x')} {f('speedup_vs_hf_tv', 6, '{:.1f}x')}")
+            f"{f('ours_over_floor', 7, '{:.2f}x')} {f('speedup_vs_hf_pil', 6, '{:.1f}x')} "
+            f"{f('speedup_vs_hf_tv', 6, '{:.1f}x')} {(f'{cap:.1f}x' if cap else '-'):>6} "
+            f"{str(r.get('exact', '-')):>5}")
 
 
 class _Server:
@@ -678,13 +852,26 @@ def chart(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _machine(malloc_tuned: bool) -> dict:
+    import numba
+    import PIL
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
+            "numpy": np.__version__, "numba": numba.__version__, "pillow": PIL.__version__,
+            "malloc_tuned": malloc_tuned, "load_average_at_start": list(os.getloadavg())}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python scripts/bench.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "controls", "memory"],
                     choices=["inprocess", "server", "startup", "cache", "controls", "memory"])
     ap.add_argument("--model", action="append", help=f"preset (repeatable; default {', '.join(MODELS)})")
-    ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png] (default: %(default)s)")
+    ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png|:photoQ] (default: %(default)s)")
+    ap.add_argument("--hf-python", help="interpreter for the HF side of the in-process section (one with "
+                    "transformers, and torch for the torchvision column; default: this one)")
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--seconds", type=float, default=10.0, help="throughput window per server")
     ap.add_argument("--quick", action="store_true", help="fewer repeats and shorter windows")
@@ -698,12 +885,15 @@ def main(argv=None) -> int:
     from sglang_mm_grpc.allocator import tune_for_large_tensors
 
     tuned = tune_for_large_tensors()  # as the server does: this process, the servers it starts
-    results: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                 "platform": platform.platform(), "malloc_tuned": tuned}}
+    results: dict = {"machine": _machine(tuned)}
     if "inprocess" in args.sections:
         print("in-process, one thread, ms (median); floor = decode + write; /floor = ours / floor; x = HF / ours")
         print(INPROCESS_HEADER)
-        results["inprocess"] = bench_inprocess(models, args.images, repeat)
+        meta: dict = {}
+        results["inprocess"] = bench_inprocess(models, args.images, repeat, args.hf_python, meta)
+        results["inprocess_hf_process"] = meta
+        results["inprocess_summary"] = summarize_inprocess(results["inprocess"])
+        _print_summary(results["inprocess_summary"])
     if "server" in args.sections:
         print("through the server (127.0.0.1)")
         results["server"] = bench_server(repeat, seconds)

@@ -14,20 +14,32 @@ BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
 
 
 def test_inprocess_section_runs_against_the_hf_reference(tmp_path):
+    """The in-process section times HF's processors in a process of its own that never
+    imports this package, and checks our output against them on the same bytes."""
     out = tmp_path / "bench.json"
+    images = ["96x64", "96x64:png", "96x64:photo92"]
     res = subprocess.run(
         [sys.executable, str(BENCH), "--sections", "inprocess",
-         "--model", "Qwen/Qwen2-VL-7B-Instruct", "--images", "96x64", "96x64:png", "--repeat", "2",
+         "--model", "Qwen/Qwen2-VL-7B-Instruct", "--images", *images, "--repeat", "2",
          "--json", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    rows = json.loads(out.read_text())["inprocess"]
-    assert [r["image"] for r in rows] == ["96x64", "96x64:png"]
+    results = json.loads(out.read_text())
+    rows = results["inprocess"]
+    assert [r["image"] for r in rows] == images
     for r in rows:
         assert r["output"] == [24, 1176]  # 64x96 -> 56x84: 4x6 patches of 14, 3*2*14*14 values each
-        for key in ("decode_ms", "write_ms", "ours_ms", "post_decode_ms", "hf_pil_ms", "ours_over_floor"):
+        for key in ("decode_ms", "write_ms", "ours_ms", "post_decode_ms", "hf_pil_ms", "ours_over_floor",
+                    "floor_bench_ms", "floor_hf_ms", "hf_pil_over_decode"):
             assert r[key] > 0, key
+        assert r["floor_ms"] == min(r["floor_bench_ms"], r["floor_hf_ms"])
+        assert r["exact_vs"] == "hf_pil" and r["exact"] is True
+        assert len(r["samples_ms"]["ours"]) == len(r["samples_ms"]["hf_pil"]) == 2  # one each per round
+    hf = results["inprocess_hf_process"]
+    assert hf["hf_pid"] != hf["bench_pid"]
+    assert hf["hf_imported_package"] is False and hf["hf_imported_package_at_exit"] is False
+    assert results["inprocess_summary"]["Qwen/Qwen2-VL-7B-Instruct"]["images"] == ["96x64:photo92"]
 
 
 def test_bench_is_not_a_cli_subcommand():

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The HF side of ``scripts/bench.py``'s in-process section, in a process of its own.
+
+    python scripts/bench_hf.py      # started by bench.py; JSON lines in on stdin, out on stdout
+
+It never imports ``sglang_mm_grpc`` (nor anything of this checkout): HF's processors run
+here with the process as HF users have it (Pillow, malloc and numpy left at their
+defaults, torch at one thread), while bench.py times ours in its own process, one call
+here and one call there in turn, so drift on the machine hits both. Every request is
+answered with one JSON line; timings are taken here, around the call alone.
+
+Requests (``op`` and its fields):
+  load    kind, config: build HF's PIL (``<kind>Pil``) and torchvision (``<kind>``)
+          image processors from a preprocessor_config dict; answers which exist
+  image   path, shape: the encoded image to work on (read once) and the float32 shape
+          of the output tensor the floor writes
+  time    what = hf_pil | hf_tv | floor: one timed call. hf_*: the processor on
+          ``exif_transpose(Image.open(bytes))`` as an HF user calls it (decode included);
+          floor: Pillow's decode to RGB, then one write of a fresh output-sized float32
+          tensor, timed apart (decode_ms, write_ms)
+  digest  what = hf_pil | hf_tv: sha256 and shape of the processor's pixel_values as
+          float32 (bfloat16 widened), for bench.py to compare with ours
+  quit
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import platform
+import sys
+import time
+
+
+def _processors(kind: str, config: dict) -> dict:
+    import transformers
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    found = {"hf_pil": getattr(transformers, kind + "Pil", None), "hf_tv": getattr(transformers, kind, None)}
+    versions = {"python": platform.python_version(), "transformers": transformers.__version__}
+    try:
+        import PIL
+
+        versions["pillow"] = PIL.__version__
+    except ImportError:
+        pass
+    try:
+        import torch
+        import torchvision
+
+        torch.set_num_threads(1)  # one thread, like ours
+        versions["torch"], versions["torchvision"] = torch.__version__, torchvision.__version__
+        versions["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        found["hf_tv"] = None
+    built, errors = {}, {}
+    for key, cls in found.items():
+        if cls is None:
+            continue
+        try:
+            built[key] = cls(**config)
+        except Exception as e:  # reported, not fatal: that column stays empty
+            errors[key] = f"{type(e).__name__}: {e}"
+    return {"processors": built, "versions": versions, "errors": errors}
+
+
+def main() -> int:
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout = sys.stderr  # whatever a library prints cannot corrupt the replies
+    procs: dict = {}
+    raw, shape = b"", ()
+
+    def call(key: str):
+        tensors = "pt" if key == "hf_tv" else "np"  # torch tensors: torchvision's native output
+        return procs[key](ImageOps.exif_transpose(Image.open(io.BytesIO(raw))), return_tensors=tensors)
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        reply: dict = {"ok": True}
+        if op == "load":
+            loaded = _processors(req["kind"], req["config"])
+            procs = loaded["processors"]
+            reply.update(available=sorted(procs), versions=loaded["versions"], errors=loaded["errors"],
+                         pid=os.getpid(), imported_package="sglang_mm_grpc" in sys.modules)
+        elif op == "image":
+            with open(req["path"], "rb") as f:
+                raw = f.read()
+            shape = tuple(req["shape"])
+        elif op == "time":
+            what = req["what"]
+            if what == "floor":
+                t0 = time.perf_counter()
+                im = Image.open(io.BytesIO(raw))
+                im.load()
+                if im.mode != "RGB":
+                    im = im.convert("RGB")
+                t1 = time.perf_counter()
+                np.empty(shape, np.float32).fill(1.0)
+                t2 = time.perf_counter()
+                reply.update(decode_ms=(t1 - t0) * 1e3, write_ms=(t2 - t1) * 1e3)
+            else:
+                t0 = time.perf_counter()
+                call(what)
+                reply["ms"] = (time.perf_counter() - t0) * 1e3
+        elif op == "digest":
+            pv = call(req["what"])["pixel_values"]
+            if hasattr(pv, "detach"):
+                pv = pv.detach().float().numpy()
+            pv = np.ascontiguousarray(np.asarray(pv, dtype=np.float32))
+            reply.update(sha256=hashlib.sha256(pv.data).hexdigest(), shape=list(pv.shape))
+        elif op == "quit":
+            reply["imported_package"] = "sglang_mm_grpc" in sys.modules
+            out.write(json.dumps(reply) + "\n")
+            return 0
+        else:
+            reply = {"ok": False, "error": f"unknown op {op!r}"}
+        out.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
