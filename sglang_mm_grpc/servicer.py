@@ -342,8 +342,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 stager.abandon("failed")
             raise
         if kept is None and stager is not None and stager.segment is not None:
-            # handed out (its lease runs) or removed; unmapping it is not the response's wait
-            self.executor.submit(self.transport.drop, [stager.segment], "unused")
+            self.transport.drop([stager.segment], "unused")  # handed out (its lease runs) or removed
         return _Done(out, wire_bytes, resp.handle, assemble_ms, (time.perf_counter() - t0) * 1e3)
 
     def _serialized_with_payload(self, resp, out: PreprocessOutput, field_layout, backend, t0: float,
@@ -402,7 +401,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             # its unused staged segment goes; what this payload handed out lives until read or its lease
             gone = self.store.pop(request.handle)
             if gone is not None:
-                self.executor.submit(self.transport.drop, gone.all_segments(), "release")
+                self.transport.drop(gone.all_segments(), "release")
         return wire_bytes
 
     def _assembled_response(self, kept: Kept, backend: int, resolved: Resolved) -> bytes:
