@@ -111,6 +111,7 @@ def test_list_describe_call(server):
             "ListModels": ("sglang_mm.v1.ListModelsRequest", "sglang_mm.v1.ListModelsResponse"),
             "GetStats": ("sglang_mm.v1.GetStatsRequest", "sglang_mm.v1.GetStatsResponse"),
             "GetServerInfo": ("sglang_mm.v1.GetServerInfoRequest", "sglang_mm.v1.GetServerInfoResponse"),
+            "Plan": ("sglang_mm.v1.PreprocessRequest", "sglang_mm.v1.PlanResponse"),
         }
         payload = pool.FindMessageTypeByName("sglang_mm.v1.BackendPayload")
         assert {f.name: f.message_type.full_name for f in payload.oneofs_by_name["mm_inputs"].fields} == {
