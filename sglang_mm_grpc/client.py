@@ -273,7 +273,8 @@ class Client:
 
     def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout):
         """Call ``method`` with the images; with ``media_ids``, bytes go by hash and the ones
-        the server does not hold are sent again as data (once)."""
+        the server does not hold are sent again as data (each at most once: an id that the
+        server held at first and lost before the resend is resent too)."""
         byte_images: dict[int, bytes] = {}  # index -> bytes sent by hash (for a resend)
         hashes: dict[int, str] = {}
         for i, image in enumerate(images):
@@ -294,17 +295,18 @@ class Client:
                 req.images.append(item)
             else:
                 req.images.add(data=bytes(data))
-        try:
-            resp = self.endpoints.call_any(method, req, timeout)
-        except grpc.RpcError as e:
-            missing = missing_media(e) if byte_images else None
-            if not missing or any(i not in byte_images for i in missing):
-                raise  # not ids sent for bytes this call has
-            for i in missing:
-                req.images[i].ClearField("media_id")
-                req.images[i].data = bytes(byte_images[i])
-                self._forget(hashes[i])
-            resp = self.endpoints.call_any(method, req, timeout)
+        while True:
+            try:
+                resp = self.endpoints.call_any(method, req, timeout)
+                break
+            except grpc.RpcError as e:
+                missing = missing_media(e) if byte_images else None
+                if not missing or any(i not in byte_images for i in missing):
+                    raise  # not ids sent for bytes this call has
+                for i in missing:  # as data from now on (the loop ends: each image goes once)
+                    req.images[i].ClearField("media_id")
+                    req.images[i].data = bytes(byte_images.pop(i))
+                    self._forget(hashes[i])
         self._remember(hashes.values())
         return resp
 
