@@ -1,0 +1,120 @@
+"""Every code block in README.md and docs/*.md runs as written.
+
+``bash`` and ``python`` blocks run in order, per document, in one scratch directory
+(README first: it makes the sample image the others use), with the project's
+``sglang-mm-grpc``, ``python`` and ``python3`` first on PATH (and ``.venv`` there, as in a
+checkout), against a server this test
+starts on 127.0.0.1:50061 (the address the examples use). A block fails the test when
+it exits non-zero. Blocks in other languages (text, json, proto, yaml) are not code to
+run. A block may be skipped only by a marker on the line before its fence that names
+what it needs and this machine lacks:
+
+    <!-- example: needs network -->      reaches beyond this machine
+    <!-- example: needs grpcurl -->      run when grpcurl is on PATH
+    <!-- example: needs docker -->       run when a docker daemon answers
+    <!-- example: needs kubernetes -->   a cluster
+    <!-- example: covered by tests/FILE -->   e.g. the two commands (fresh clone test),
+                                              which would start this very test suite
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers import REPO, Proc, health, wait_serving
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
+FENCE = re.compile(r"^```(\w*)\s*$")
+MARKER = re.compile(r"<!--\s*example:\s*(needs (network|grpcurl|docker|kubernetes)|covered by tests/\S+)\s*-->")
+TARGET = "127.0.0.1:50061"
+
+
+def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
+    """(line, language, code, skip marker or None) of every fenced block in ``path``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, lang, body = i + 1, m.group(1), []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        previous = next((lines[j] for j in range(start - 2, -1, -1) if lines[j].strip()), "")
+        marker = MARKER.search(previous)
+        blocks.append((start, lang, "\n".join(body) + "\n", marker.group(1) if marker else None))
+        i += 1
+    return blocks
+
+
+def _skip_reason(marker: str | None) -> str | None:
+    if marker is None:
+        return None
+    if marker == "needs grpcurl" and shutil.which("grpcurl"):
+        return None  # available here: run it
+    if marker == "needs docker" and shutil.which("docker"):
+        if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0:
+            return None
+    return marker
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """The scratch directory the examples run in, with the server they talk to."""
+    work = tmp_path_factory.mktemp("examples")
+    (work / ".venv").symlink_to(sys.prefix)  # "source .venv/bin/activate", as beside a checkout
+    server = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", TARGET.split(":")[1],
+                   "--workers", "2"], work / "server.log")
+    try:
+        wait_serving(TARGET, server, timeout=300)
+        yield work
+    finally:
+        server.signal(signal.SIGTERM)
+        server.wait(60)
+
+
+def _env(work: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+CASES = [(doc, block) for doc in DOCS for block in code_blocks(doc) if block[1] in RUNNABLE]
+
+
+@pytest.mark.parametrize("doc, block", CASES,
+                         ids=[f"{d.relative_to(REPO)}:{b[0]}" for d, b in CASES])
+def test_example_runs_as_written(workdir, doc, block):
+    line, lang, code, marker = block
+    reason = _skip_reason(marker)
+    if reason:
+        pytest.skip(f"{doc.relative_to(REPO)}:{line} {reason}")
+    assert health(TARGET) == "SERVING"
+    argv = ["bash", "-euo", "pipefail", "-c", code] if RUNNABLE[lang] == "bash" else [sys.executable, "-c", code]
+    r = subprocess.run(argv, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{doc.relative_to(REPO)}:{line} exited {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+
+
+def test_every_skip_marker_names_something_this_suite_knows():
+    for doc in DOCS:
+        for line, _, _, marker in code_blocks(doc):
+            if marker and marker.startswith("covered by "):
+                assert (REPO / marker.removeprefix("covered by ")).is_file(), f"{doc.name}:{line}: {marker}"
+
+
+def test_examples_are_found():
+    """The extraction itself: the README's Python and shell examples are among the cases."""
+    langs = {b[1] for d, b in CASES if d.name == "README.md"}
+    assert {"bash", "python"} <= langs
