@@ -16,20 +16,30 @@ from .cli_remote import add_client_security_arguments, add_image_options_argumen
 from .cli_remote import image_options_of, options_text
 
 
-def _preprocess_local(args) -> int:
+def _load_local(args):
+    """(the model, the image files' bytes) for a local preprocess or plan; None after
+    saying why not."""
     from . import Preprocessor, PreprocessError
 
     try:
-        # As a suffix, the backend is required of the model (an error if its family lacks it).
+        # As a suffix, the processor is required of the model (an error if its family lacks it).
         budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
         pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
-        blobs = [Path(p).read_bytes() for p in args.images]
+        return pp, [Path(p).read_bytes() for p in args.images]
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
-        return 2
     except OSError as e:
         print(f"error: {e}", file=sys.stderr)
+    return None
+
+
+def _preprocess_local(args) -> int:
+    from . import PreprocessError
+
+    loaded = _load_local(args)
+    if loaded is None:
         return 2
+    pp, blobs = loaded
     pp.warmup()
     t0 = time.perf_counter()
     try:
@@ -61,18 +71,12 @@ def _preprocess_local(args) -> int:
 
 
 def _plan_local(args) -> int:
-    from . import Preprocessor, PreprocessError
+    from . import PreprocessError
 
-    try:
-        budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
-        pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
-        blobs = [Path(p).read_bytes() for p in args.images]
-    except PreprocessError as e:
-        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+    loaded = _load_local(args)
+    if loaded is None:
         return 2
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    pp, blobs = loaded
     try:
         out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args))
     except PreprocessError as e:
