@@ -30,6 +30,7 @@ copy (or the kernels' own writes) rather than a page fault per 4 KiB.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import mmap
@@ -40,7 +41,7 @@ import socket
 import stat
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,10 +61,11 @@ _OWNER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MiB = 1 << 20
 
 STAGED, OUT, GONE = "staged", "out", "gone"
-#: The pool refills only after this long without a segment taken: a refill (allocating
-#: and zeroing tens of MB) running beside the kernels' write into the segment just taken
-#: would slow that write several times over on a machine with few cores.
-QUIET_S = 0.02
+#: The pool refills once no segment is being written: a refill (allocating and zeroing
+#: tens of MB) running beside the kernels' write into the segment just taken would slow
+#: that write several times over on a machine with few cores. A writer that never says
+#: it is done (``written``) holds the refill back this long at most.
+WRITE_WAIT_S = 1.0
 
 
 def namespace_id(directory: str = SHM_DIR) -> str:
@@ -160,7 +162,8 @@ class ShmArena:
         self._pool_segments = pool_segments
         self._pool_size = 0  # bytes per pooled segment: the largest recently asked for
         self._wake = threading.Event()
-        self._last_take = 0.0  # time.monotonic() of the last create()
+        self._writing: dict[str, float] = {}  # segments being written: name -> time.monotonic() taken
+        self._unmaps: deque[Segment] = deque()  # mappings the background thread drops
         self._closed = False
         self._filler: threading.Thread | None = None
 
@@ -228,7 +231,6 @@ class ShmArena:
         nbytes = int(nbytes)
         if nbytes <= 0:
             raise ValueError("a segment holds at least one byte")
-        self._last_take = time.monotonic()
         seg = self._from_pool(nbytes)
         if seg is None:
             if not self._reserve(nbytes):
@@ -246,6 +248,7 @@ class ShmArena:
         seg.handle = handle
         with self._lock:
             self._live[seg.name] = seg
+            self._writing[seg.name] = time.monotonic()
             self.counters.written += 1
         self._learn(nbytes)
         return seg
@@ -309,7 +312,6 @@ class ShmArena:
             with self._lock:
                 self._bytes -= seg.accounted - nbytes
             seg.accounted = seg.nbytes = nbytes
-        self._wake.set()
         return seg
 
     def _learn(self, nbytes: int) -> None:
@@ -325,13 +327,30 @@ class ShmArena:
                 self._filler.start()
         self._wake.set()
 
+    def written(self, seg: Segment) -> None:
+        """Its writer is done with ``seg`` (handing out and removing say so too): once no
+        segment is being written, the pool refills."""
+        with self._lock:
+            if self._writing.pop(seg.name, None) is None or self._writing:
+                return
+        self._wake.set()
+
+    def _being_written(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            return any(now - t < WRITE_WAIT_S for t in self._writing.values())
+
     def _fill(self) -> None:
+        """The background thread: drops the mappings handed to it, refills the pool."""
         while True:
-            self._wake.wait(1.0)
+            self._wake.wait(WRITE_WAIT_S)
             self._wake.clear()
-            while not self._closed and (idle := time.monotonic() - self._last_take) < QUIET_S:
-                time.sleep(QUIET_S - idle)
             while True:
+                self._drain_unmaps()
+                if self._closed:
+                    return
+                if self._being_written():  # written() wakes this thread when they are done
+                    break
                 with self._lock:
                     if self._closed:
                         return
@@ -371,8 +390,9 @@ class ShmArena:
             seg.state = OUT
             seg.lease_until = self._clock() + self.lease_s
             self.counters.handed_out += 1
+        self.written(seg)
         if not keep_mapped:
-            self._unmap(seg)
+            self._unmap_later(seg)
         return seg.name, 0, seg.nbytes, self.owner_id
 
     def discard(self, seg: Segment, why: str) -> None:
@@ -394,8 +414,7 @@ class ShmArena:
             if seg.state == STAGED or (unread_too and seg.state == OUT):
                 self._remove(seg, why, count=True)
             else:
-                self._unmap(seg)
-                self._settle(seg)
+                self._unmap_later(seg)
 
     def reap(self) -> int:
         """Note what readers removed; remove what outlived its lease. Returns how many were
@@ -426,6 +445,29 @@ class ShmArena:
             except BufferError:  # an array still views it; it unmaps when that is freed
                 pass
 
+    def _unmap_later(self, seg: Segment) -> None:
+        """Unmap ``seg`` (its file stays) in the background thread when there is one: closing
+        a 22 MB mapping holds the GIL for 1-2 ms, which a call would otherwise pay before
+        its response."""
+        with self._lock:
+            queued = self._filler is not None and not self._closed
+            if queued:
+                self._unmaps.append(seg)
+        if queued:
+            self._wake.set()
+        else:
+            self._unmap(seg)
+            self._settle(seg)
+
+    def _drain_unmaps(self) -> None:
+        while True:
+            with self._lock:
+                if not self._unmaps:
+                    return
+                seg = self._unmaps.popleft()
+            self._unmap(seg)
+            self._settle(seg)
+
     def _settle(self, seg: Segment) -> None:
         """Stop counting a segment whose file is gone and which is no longer mapped here."""
         if seg.state == GONE and seg.map is None:
@@ -446,6 +488,7 @@ class ShmArena:
             seg.removed = True
             unread = seg.state != GONE
             seg.state = GONE
+        self.written(seg)
         self._unmap(seg)
         if unread:
             try:
@@ -498,12 +541,33 @@ def _mapped(fd: int, nbytes: int) -> mmap.mmap:
     which maps shared pages read-only and leaves one cheap write fault per page)."""
     prot = mmap.PROT_READ | mmap.PROT_WRITE
     m = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=prot)
-    try:
-        m.madvise(_MADV_POPULATE_WRITE)
+    if _populate_for_writing(m, nbytes):
         return m
-    except (OSError, ValueError):
-        m.close()
+    m.close()
     return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=prot)
+
+
+def _libc_madvise():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return fn
+
+
+_madvise = _libc_madvise()
+
+
+def _populate_for_writing(m: mmap.mmap, nbytes: int) -> bool:
+    """MADV_POPULATE_WRITE through libc, so the GIL is released while the kernel fills the
+    page table (~2 us a page: mmap.madvise would hold the GIL for ~10 ms per 22 MB)."""
+    if _madvise is None:
+        return False
+    view = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(view)
+    del view  # no export left: the mapping stays where it is while ``m`` is open
+    return _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
 
 
 def _unlink(path: str) -> None:

@@ -190,9 +190,10 @@ class Stager:
         return seg.buffer().view(np.float32).reshape(shape)
 
     def keep(self, handle: str) -> Segment | None:
-        """The staged segment now belongs to the kept result ``handle``."""
+        """The staged segment, written, now belongs to the kept result ``handle``."""
         if self.segment is not None:
             self.segment.handle = handle
+            self.arena.written(self.segment)
         return self.segment
 
     def abandon(self, why: str) -> None:

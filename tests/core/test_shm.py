@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import time
 
 import numpy as np
 import pytest
@@ -164,6 +165,9 @@ def test_pool_prefaults_and_truncates_to_size():
         first = a.create(3 * MiB + 5)  # learns the size: 4 MiB spares
         from servers import wait_until
 
+        time.sleep(0.3)
+        assert len(a.names()) == 1  # no refill beside a write into the segment just taken
+        a.written(first)
         assert wait_until(lambda: len(a.names()) == 3, 10)
         seg = a.create(2 * MiB)  # from the pool, cut to size
         assert os.path.getsize(f"/dev/shm/{seg.name}") == 2 * MiB
