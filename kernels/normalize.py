@@ -12,12 +12,23 @@ candidate reproduces (e.g. bf16-rounded ones).
 from __future__ import annotations
 
 import functools
+import platform
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
+
+from .bf16 import round_bf16
+
+#: Outputs at least this large are written with streaming stores (``stream_run``): they
+#: do not fit the caches anyway, and ordinary stores would first read every line they
+#: write (a tensor written once costs three times its size in memory traffic).
+STREAM_MIN_BYTES = 1 << 21
+_LINE = 64  # bytes per cache line
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
 def pil_backend_lut(
@@ -132,6 +143,42 @@ def _fit_channel(table: np.ndarray):
     return None
 
 
+def _bf16_around(x: float, steps: int = 4) -> np.ndarray:
+    """bfloat16 ``x`` (rounded) and its ``steps`` bfloat16 neighbours on each side, as float32."""
+    bits = int(round_bf16(np.float32(x)).view(np.uint32)) >> 16
+    near = np.array([(bits + k) & 0xFFFF for k in range(-steps, steps + 1)], np.uint32) << np.uint32(16)
+    return near.view(np.float32)
+
+
+def _fit_bf16_channel(table: np.ndarray):
+    """(factor, mean, multiplier) float32 with ``bf16(bf16(bf16(v * factor) - mean) *
+    multiplier)`` (each operation in float32, then rounded to bfloat16 as torch does)
+    equal to ``table[v]`` for every byte ``v``, or None. The tables of processors that
+    compute in bfloat16 (``bf16.bf16_backend_lut``): their ``/ std`` becomes a
+    multiplication by a float32 near ``1 / std`` (exact for a power of two; otherwise the
+    final bfloat16 rounding usually hides the difference, and all 256 values are checked),
+    since a division per value would cost as much as looking it up."""
+    if not np.isfinite(table).all():
+        return None
+    v = np.arange(256, dtype=np.float32)
+    want = table.view(np.uint32)
+    for factor in _RESCALES:
+        f = np.float32(factor)
+        r = round_bf16(v * f)
+        slope = np.polyfit(r.astype(np.float64), table.astype(np.float64), 1)[0]
+        if not np.isfinite(slope) or slope == 0:
+            continue
+        stds = _bf16_around(1 / slope)
+        means = _bf16_around(-np.float64(table[0]) / slope)
+        with np.errstate(all="ignore"):
+            for std in stds:
+                inv = np.float32(1) / std
+                for mean in means:
+                    if np.array_equal(round_bf16(round_bf16(r - mean) * inv).view(np.uint32), want):
+                        return f, mean, inv
+    return None
+
+
 _NO_FIT = np.empty((0, 4), np.float32)
 
 
@@ -140,7 +187,9 @@ def _fit(table_bytes: bytes) -> np.ndarray:
     table = np.frombuffer(table_bytes, np.float32).reshape(3, 256)
     rows = [_fit_channel(table[c]) for c in range(3)]
     if any(r is None for r in rows):
-        return _NO_FIT
+        rows = [_fit_bf16_channel(table[c]) for c in range(3)]
+        if any(r is None for r in rows):
+            return _NO_FIT
     coef = np.array(rows, np.float32)
     # check the compiled row loops themselves (RGB and RGBX), on a row long enough for
     # their vector bodies and tails
@@ -156,9 +205,12 @@ def _fit(table_bytes: bytes) -> np.ndarray:
 
 def arithmetic(lut: np.ndarray) -> np.ndarray:
     """float32 [3, 4]: per channel (hi, lo, mean, std) such that
-    ``((v*hi + v*lo) - mean) / std`` in float32 is ``lut[c, v]`` for every byte, or an
-    empty [0, 4] array when some channel has no such constants (the writers then look
-    values up). Depends only on the table's first three rows; cached per table."""
+    ``((v*hi + v*lo) - mean) / std`` in float32 is ``lut[c, v]`` for every byte; or
+    float32 [3, 3]: per channel (factor, mean, multiplier) such that the bfloat16 chain
+    ``bf16(bf16(bf16(v * factor) - mean) * multiplier)`` is (tables computed in bfloat16,
+    ``_fit_bf16_channel``); or an
+    empty [0, 4] array when some channel has neither (the writers then look values up).
+    Depends only on the table's first three rows; cached per table."""
     return _fit(np.ascontiguousarray(lut[:3], dtype=np.float32).tobytes())
 
 
@@ -173,14 +225,50 @@ def _arith_run(src, n, step, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0,
         d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
 
 
+@intrinsic
+def _bf16(typingctx, x):
+    """float32 -> float32 rounded to bfloat16 (nearest, ties to even) for a value that is
+    not NaN: the bf16 chains a fit accepts have none (a NaN would reach the table). In
+    32-bit LLVM IR, so the loops around it vectorize."""
+    sig = types.float32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        u = builder.bitcast(args[0], i32)
+        odd = builder.and_(builder.lshr(u, ir.Constant(i32, 16)), ir.Constant(i32, 1))
+        u = builder.add(builder.add(u, ir.Constant(i32, 0x7FFF)), odd)
+        return builder.bitcast(builder.and_(u, ir.Constant(i32, 0xFFFF0000)), ir.FloatType())
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _bf16_run(src, n, step, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2):
+    for i in range(n):
+        v0 = np.float32(src[step * i])
+        v1 = np.float32(src[step * i + 1])
+        v2 = np.float32(src[step * i + 2])
+        d0[i] = _bf16(_bf16(_bf16(v0 * f0) - m0) * r0)
+        d1[i] = _bf16(_bf16(_bf16(v1 * f1) - m1) * r1)
+        d2[i] = _bf16(_bf16(_bf16(v2 * f2) - m2) * r2)
+
+
 @numba.njit(nogil=True, cache=True)
 def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
     """``d_c[i] = lut[c, src[step*i + c]]`` for ``i < n``: ``src`` an interleaved uint8
     row, RGB (``step`` 3) or Pillow's RGBX (4); ``coef`` from ``arithmetic(lut)``. The
     arithmetic loop reads the three channels together, so LLVM vectorizes it (shuffled
     byte loads, float32 math, contiguous stores), once per constant step; the lookup
-    loop stays scalar."""
-    if coef.shape[0] == 3:
+    loop stays scalar. A [3, 3] ``coef`` is the bfloat16 chain."""
+    if coef.shape[0] == 3 and coef.shape[1] == 3:
+        f0, m0, r0 = coef[0, 0], coef[0, 1], coef[0, 2]
+        f1, m1, r1 = coef[1, 0], coef[1, 1], coef[1, 2]
+        f2, m2, r2 = coef[2, 0], coef[2, 1], coef[2, 2]
+        if step == 4:
+            _bf16_run(src, n, 4, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2)
+        else:
+            _bf16_run(src, n, 3, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2)
+    elif coef.shape[0] == 3:
         h0, l0, m0, s0 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3]
         h1, l1, m1, s1 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3]
         h2, l2, m2, s2 = coef[2, 0], coef[2, 1], coef[2, 2], coef[2, 3]
@@ -210,6 +298,71 @@ def copy_run(typingctx, dst, i, src, j, n):
         return context.get_dummy_value()
 
     return types.void(dst, i, src, j, n), codegen
+
+
+@intrinsic
+def _line_offset(typingctx, arr, i):
+    """The byte offset of ``arr[i]`` (1-D, from its data pointer) within its cache line."""
+    def codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, args[0])
+        address = builder.ptrtoint(builder.gep(a.data, [args[1]]), ir.IntType(64))
+        return builder.and_(address, ir.Constant(ir.IntType(64), _LINE - 1))
+
+    return types.int64(arr, i), codegen
+
+
+@intrinsic
+def _stream_line(typingctx, dst, i, src, j):
+    """``dst[i:i+16] = src[j:j+16]`` for 4-byte elements, stored as one non-temporal
+    64-byte store (``dst[i]`` must start a cache line); no bounds check."""
+    def codegen(context, builder, sig, args):
+        d = context.make_array(sig.args[0])(context, builder, args[0])
+        s = context.make_array(sig.args[2])(context, builder, args[2])
+        line = ir.VectorType(ir.IntType(32), 16)
+        value = builder.load(builder.bitcast(builder.gep(s.data, [args[3]]), ir.PointerType(line)), align=4)
+        store = builder.store(value, builder.bitcast(builder.gep(d.data, [args[1]]), ir.PointerType(line)), align=64)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return types.void(dst, i, src, j), codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    """Order the streaming stores before whatever follows (``sfence`` on x86), so another
+    thread handed the tensor sees every element."""
+    def codegen(context, builder, sig, args):
+        if _X86:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse.sfence")
+            builder.call(fn, [])
+        else:
+            builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def stream_run(dst, i, src, j, n):
+    """``dst[i:i+n] = src[j:j+n]`` for 1-D arrays of 4-byte elements adjacent in memory:
+    the whole cache lines of ``dst`` with streaming (non-temporal) stores, which write
+    memory without reading it first and leave the caches alone; the partial lines at
+    either end with ``copy_run``. Call ``store_fence`` once after the last one."""
+    head = min(((_LINE - _line_offset(dst, i)) % _LINE) // 4, n)
+    if head > 0:
+        copy_run(dst, i, src, j, head)
+    k = head
+    while k + 16 <= n:
+        _stream_line(dst, i + k, src, j + k)
+        k += 16
+    if k < n:
+        copy_run(dst, i + k, src, j + k, n - k)
+
+
+def streams(out: np.ndarray) -> bool:
+    """Whether a writer should stream ``out`` (``STREAM_MIN_BYTES``)."""
+    return out.nbytes >= STREAM_MIN_BYTES
 
 
 def _c_typed(a) -> bool:

@@ -7,52 +7,134 @@ Per band of ``merge`` grid rows, each image row is normalized once by
 table itself) into planar rows that stay in cache; the output rows, which for a band
 are one contiguous stretch, are then written in memory order from patch-wide runs of
 those rows, the temporal copies from the same run. Every output element is written
-once and the stores stream. Bit-equal to the unfused chain (Pillow resize, HF rescale
-+ normalize, HF patchify reshape/transpose).
+once. A large output (``normalize.STREAM_MIN_BYTES``) is assembled one merge block
+(merge**2 rows) at a time in a small buffer and written to memory with streaming
+stores. Bit-equal to the unfused chain (Pillow resize, HF rescale + normalize, HF
+patchify reshape/transpose).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
 
 from . import resample_pil
-from .normalize import arithmetic, copy_run, normalize_row
+from .normalize import arithmetic, copy_run, normalize_row, store_fence, stream_run, streams
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _write_bands(img, bands, patch, merge, temporal, coef, lut, flat, rows, stage, r, stream):
+    """Normalize + patchify the first ``bands`` bands (``patch * merge`` rows each) of
+    ``img`` into the output rows from ``r`` on (``flat``: the output, flat); returns the
+    next output row. ``rows`` and ``stage`` are scratch (see ``_specialized``)."""
+    w, step = img.shape[1], img.shape[2]
+    gw = w // patch
+    pp = patch * patch
+    width = 3 * temporal * pp
+    block = merge * merge * width
+    for bi in range(bands):
+        for mh in range(merge):
+            for py in range(patch):
+                src = img[(bi * merge + mh) * patch + py].reshape(-1)
+                normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py], step)
+        for bj in range(gw // merge):
+            for mh in range(merge):
+                for mw in range(merge):
+                    base = (mh * merge + mw) * width if stream else (r + mh * merge + mw) * width
+                    x0 = (bj * merge + mw) * patch
+                    for c in range(3):
+                        for t in range(temporal):
+                            o = base + (c * temporal + t) * pp
+                            for py in range(patch):
+                                if stream:
+                                    copy_run(stage, o + py * patch, rows[mh, c, py], x0, patch)
+                                else:
+                                    copy_run(flat, o + py * patch, rows[mh, c, py], x0, patch)
+            if stream:
+                stream_run(flat, r * width, stage, 0, block)
+            r += merge * merge
+    return r
 
 
 @functools.lru_cache(maxsize=None)
 def _specialized(patch: int, merge: int, temporal: int):
-    """A kernel with the geometry baked in as constants, so LLVM turns the patch-wide
-    moves and the block copies into straight vector code."""
-    pp = patch * patch
+    """Kernels with the geometry baked in as constants, so LLVM turns the patch-wide
+    moves and the block copies into straight vector code: ``kernel`` patchifies a whole
+    (resized) image; ``fused`` resizes and patchifies a group of bands at a time."""
     band = patch * merge
+    group = band * (16 // math.gcd(band, 16))  # a multiple of 16 rows: whole blocks of the horizontal pass
 
     @numba.njit(nogil=True, cache=True)
-    def kernel(img, coef, lut, out):
-        w, step = img.shape[1], img.shape[2]
-        gw = w // patch
-        rows = np.empty((merge, 3, patch, w), np.float32)  # one band, planar, normalized
-        r = 0
-        for bi in range(img.shape[0] // band):
-            for mh in range(merge):
-                for py in range(patch):
-                    src = img[(bi * merge + mh) * patch + py].reshape(-1)
-                    normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py], step)
-            for bj in range(gw // merge):
-                for mh in range(merge):
-                    for mw in range(merge):
-                        orow = out[r]
-                        r += 1
-                        x0 = (bj * merge + mw) * patch
-                        for c in range(3):
-                            for t in range(temporal):
-                                o = (c * temporal + t) * pp
-                                for py in range(patch):
-                                    copy_run(orow, o + py * patch, rows[mh, c, py], x0, patch)
+    def kernel(img, coef, lut, out, stream=False):
+        flat = out.reshape(out.size)
+        rows = np.empty((merge, 3, patch, img.shape[1]), np.float32)  # one band, planar, normalized
+        stage = np.empty(merge * merge * out.shape[1], np.float32)  # streaming: one merge block, then out
+        _write_bands(img, img.shape[0] // band, patch, merge, temporal, coef, lut, flat, rows, stage, 0, stream)
+        if stream:
+            store_fence()
 
-    return kernel
+    @numba.njit(nogil=True, cache=True)
+    def fused(src, out_h, out_w, bh, kh, bv, kv, h_first, coef, lut, out, stream):
+        """``kernel`` of ``resample_pil.separable(src, out_h, out_w, ...)`` (3 channels
+        out) for a horizontal-first or one-axis resize, ``group`` rows at a time: the
+        passes' intermediate rows stay in cache."""
+        in_h, in_w, sp = src.shape
+        flat = out.reshape(out.size)
+        rows = np.empty((merge, 3, patch, out_w), np.float32)
+        stage = np.empty(merge * merge * out.shape[1], np.float32)
+        res = np.empty((min(group, out_h), out_w, 3), np.uint8)
+        r = 0
+        if out_w != in_w and out_h != in_h and h_first:
+            # a window of horizontally resampled source rows, [wlo, whi), computed as
+            # the groups reach them (16 rows at a time) and dropped once passed
+            cap = 16
+            for y0 in range(0, out_h, group):
+                y1 = min(y0 + group, out_h)
+                lo, hi = bv[y0, 0], bv[y0, 0] + bv[y0, 1]
+                for y in range(y0, y1):
+                    lo = min(lo, bv[y, 0])
+                    hi = max(hi, bv[y, 0] + bv[y, 1])
+                cap = max(cap, hi - lo + 16)
+            win = np.empty((cap, out_w, 3), np.uint8)
+            wlo = whi = 0
+            for y0 in range(0, out_h, group):
+                y1 = min(y0 + group, out_h)
+                lo, hi = bv[y0, 0], bv[y0, 0] + bv[y0, 1]
+                for y in range(y0, y1):
+                    lo = min(lo, bv[y, 0])
+                    hi = max(hi, bv[y, 0] + bv[y, 1])
+                if lo >= whi:
+                    wlo = whi = lo
+                elif lo > wlo:
+                    for k in range(whi - lo):  # keep rows [lo, whi), moved to the front
+                        win[k] = win[lo - wlo + k]
+                    wlo = lo
+                if hi > whi:
+                    upto = min(whi + 16 * ((hi - whi + 15) // 16), in_h, wlo + cap)
+                    resample_pil.horizontal_pass(src, win[whi - wlo:upto - wlo], np.int64(whi), bh, kh)
+                    whi = upto
+                shifted = bv[y0:y1].copy()
+                for y in range(y1 - y0):
+                    shifted[y, 0] -= wlo
+                resample_pil.vertical_pass(win[:whi - wlo], res[:y1 - y0], shifted, kv[y0:y1])
+                r = _write_bands(res, (y1 - y0) // band, patch, merge, temporal, coef, lut, flat, rows, stage, r,
+                                 stream)
+        else:  # one axis
+            for y0 in range(0, out_h, group):
+                y1 = min(y0 + group, out_h)
+                n = y1 - y0
+                if out_w == in_w:
+                    resample_pil.vertical_pass(src, res[:n], bv[y0:y1], kv[y0:y1])
+                else:
+                    resample_pil.horizontal_pass(src, res[:n], np.int64(y0), bh, kh)
+                r = _write_bands(res, n // band, patch, merge, temporal, coef, lut, flat, rows, stage, r, stream)
+        if stream:
+            store_fence()
+
+    return kernel, fused
 
 
 def lut_patchify(img: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, merge: int, temporal: int) -> None:
@@ -62,8 +144,11 @@ def lut_patchify(img: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, 
     Rows are merge-block-major: block (bi, bj), then sub-patch (mh, mw). Columns are
     (c, t, py, px); the temporal copies repeat the frame.
     """
+    if not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous")
     lut = np.ascontiguousarray(lut, dtype=np.float32)
-    _specialized(int(patch), int(merge), int(temporal))(np.ascontiguousarray(img), arithmetic(lut), lut, out)
+    _specialized(int(patch), int(merge), int(temporal))[0](np.ascontiguousarray(img), arithmetic(lut), lut, out,
+                                                           streams(out))
 
 
 def resize_normalize_patchify(
@@ -94,9 +179,42 @@ def resize_normalize_patchify(
         out = np.empty((rows, cols), dtype=np.float32)
     elif out.shape != (rows, cols) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {(rows, cols)}, got {out.dtype} {out.shape}")
-    if rgb.shape[:2] != (out_h, out_w):
-        img = resample_pil.resize_rgb(rgb, out_h, out_w, resample)
+    if rgb.shape[:2] == (out_h, out_w):
+        lut_patchify(np.ascontiguousarray(rgb), lut, out, patch, merge, temporal)  # RGBX stays RGBX: either is read
+    elif resample == resample_pil.NEAREST:
+        lut_patchify(resample_pil.resize_rgb(rgb, out_h, out_w, resample), lut, out, patch, merge, temporal)
     else:
-        img = np.ascontiguousarray(rgb)  # RGBX stays RGBX: the kernel reads either
-    lut_patchify(img, np.ascontiguousarray(lut, dtype=np.float32), out, patch, merge, temporal)
+        in_h, in_w = rgb.shape[:2]
+        bh, kh = resample_pil.coeffs(in_w, out_w, resample) if out_w != in_w else _NO_COEFFS
+        bv, kv = resample_pil.coeffs(in_h, out_h, resample) if out_h != in_h else _NO_COEFFS
+        resampled_patchify(rgb, out_h, out_w, bh, kh, bv, kv, resample_pil.horizontal_first(in_h, in_w, out_h, out_w),
+                           lut, out, patch, merge, temporal)
     return out
+
+
+_NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
+
+
+def resampled_patchify(rgb: np.ndarray, out_h: int, out_w: int, bh, kh, bv, kv, h_first: bool, lut: np.ndarray,
+                       out: np.ndarray, patch: int, merge: int, temporal: int) -> None:
+    """``lut_patchify`` of the separable resample of ``rgb`` (uint8 [H, W, 3] or RGBX
+    [H, W, 4]) to ``out_h`` x ``out_w`` with the given axes' coefficients (the layout of
+    ``resample_pil.coeffs``; an axis that keeps its size is not read) and pass order, as
+    ``resample_pil.separable`` runs it. Horizontal first (or one axis): without the
+    resized image ever existing whole, a few bands' rows at a time go through both passes
+    and into ``out`` while in cache. Vertical first: pass by pass over the whole image
+    (grouped, its timings depended on where the buffers landed, from 10% faster to 10%
+    slower from one process to the next)."""
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous float32")
+    lut = np.ascontiguousarray(lut, dtype=np.float32)
+    in_h, in_w = rgb.shape[:2]
+    if not h_first and out_h != in_h and out_w != in_w:
+        resized = resample_pil.separable(np.ascontiguousarray(rgb), int(out_h), int(out_w), np.ascontiguousarray(bh),
+                                         np.ascontiguousarray(kh), np.ascontiguousarray(bv), np.ascontiguousarray(kv),
+                                         3, False)
+        lut_patchify(resized, lut, out, patch, merge, temporal)
+        return
+    _specialized(int(patch), int(merge), int(temporal))[1](
+        np.ascontiguousarray(rgb), int(out_h), int(out_w), np.ascontiguousarray(bh), np.ascontiguousarray(kh),
+        np.ascontiguousarray(bv), np.ascontiguousarray(kv), bool(h_first), arithmetic(lut), lut, out, streams(out))

@@ -25,9 +25,10 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .pixels import pack_into, packed, rgb_or_rgbx
+from .pixels import pack_into, packed, rgb_or_rgbx, wide_vectors
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
@@ -336,6 +337,265 @@ def _convolve(src, pitch, lanes, bounds, kk, shift, acc, out, out_pitch, count):
             i += 4
 
 
+# -- the horizontal pass's taps in int16 pairs ------------------------------------------
+#
+# A 22-bit coefficient k is hi * 2**11 + lo with hi = k >> 11 and lo = k & 2047, both
+# int16, so sum(v * k) = (sum(v * hi) << 11) + sum(v * lo) exactly (v a byte; the low
+# parts' sum fits int32 below ``_PAIR_TAPS_MAX`` taps, and in int32 arithmetic, which
+# wraps like Resample.c's ``int ss``, the recombination equals the direct sum whatever
+# the weights, as long as each high part fits int16: ``_pairable``).
+# With two taps' samples side by side as int16 (``_interleave_pairs``), one pairwise
+# multiply-add (x86 ``pmaddwd``) does two taps of 16 lanes: half the multiplies of the
+# int32 path and none of its slow 32-bit products.
+
+_PAIR_BITS = 11
+#: Beyond this many taps per output (a shrink by ~1000x) the int32 path is used: the
+#: low parts' sum could leave int32.
+_PAIR_TAPS_MAX = 2048
+
+
+def _host_features(context) -> frozenset:
+    """The CPU features the kernels are compiled for (numba's target machine)."""
+    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
+
+
+def _pair_madd(builder, v, k32, features):
+    """<16 x i32>: per lane v[2i] * k.lo16 + v[2i+1] * k.hi16 (``v`` <32 x i16>, ``k32``
+    the two int16 coefficients packed in an i32): ``pmaddwd`` where the CPU has it, else
+    the same arithmetic spelled out."""
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+    w16, w32 = ir.VectorType(i32, 16), ir.VectorType(i16, 32)
+    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(w16, None), k32, ir.Constant(i32, 0)),
+                                   ir.Constant(w16, None), ir.Constant(w16, [0] * 16))
+    kv = builder.bitcast(splat, w32)
+    if "avx512bw" in features:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(w16, [w32, w32]),
+                                            "llvm.x86.avx512.pmaddw.d.512")
+        return builder.call(fn, [v, kv])
+    if "avx2" in features or "sse2" in features:
+        width = 16 if "avx2" in features else 8
+        name = "llvm.x86.avx2.pmadd.wd" if width == 16 else "llvm.x86.sse2.pmadd.wd"
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VectorType(i32, width // 2), [ir.VectorType(i16, width)] * 2), name)
+        parts = []
+        for lo in range(0, 32, width):
+            pick = ir.Constant(ir.VectorType(i32, width), list(range(lo, lo + width)))
+            parts.append(builder.call(fn, [builder.shuffle_vector(v, v, pick), builder.shuffle_vector(kv, kv, pick)]))
+        while len(parts) > 1:
+            n = parts[0].type.count
+            both = ir.Constant(ir.VectorType(i32, 2 * n), list(range(2 * n)))
+            parts = [builder.shuffle_vector(parts[i], parts[i + 1], both) for i in range(0, len(parts), 2)]
+        return parts[0]
+    even = ir.Constant(w16, list(range(0, 32, 2)))
+    odd = ir.Constant(w16, list(range(1, 32, 2)))
+    total = None
+    for pick in (even, odd):
+        a = builder.sext(builder.shuffle_vector(v, v, pick), w16)
+        b = builder.sext(builder.shuffle_vector(kv, kv, pick), w16)
+        total = builder.mul(a, b) if total is None else builder.add(total, builder.mul(a, b))
+    return total
+
+
+@intrinsic
+def _interleave_pairs(typingctx, dst, di, src, si):
+    """``dst[di + 2j] = src[si + j]``, ``dst[di + 2j + 1] = src[si + 64 + j]`` for j < 64:
+    two adjacent 64-byte columns of samples, side by side as int16. No bounds check."""
+    sig = types.none(dst, di, src, si)
+
+    def codegen(context, builder, signature, args):
+        d = context.make_array(signature.args[0])(context, builder, args[0])
+        s = context.make_array(signature.args[2])(context, builder, args[2])
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        b16, w32 = ir.VectorType(i8, 16), ir.VectorType(i16, 32)
+        zip16 = ir.Constant(ir.VectorType(i32, 32), [j // 2 + 16 * (j % 2) for j in range(32)])
+
+        def at(array, base, k, vector):
+            return builder.bitcast(builder.gep(array.data, [builder.add(base, ir.Constant(i64, k))]),
+                                   ir.PointerType(vector))
+
+        for g in range(4):
+            a = builder.load(at(s, args[3], 16 * g, b16), align=1)
+            b = builder.load(at(s, args[3], 64 + 16 * g, b16), align=1)
+            builder.store(builder.zext(builder.shuffle_vector(a, b, zip16), w32), at(d, args[1], 32 * g, w32), align=2)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_pairs(typingctx, pairs, base, count, khi, klo, kbase, out, oi):
+    """``out[oi:oi+64]`` = clip8 of 64 lanes' ``2**21 + (H << 11) + L``, where H and L sum
+    ``count`` pairwise multiply-adds of ``pairs[base + 256 p : + 128]`` (int16, as
+    ``_interleave_pairs`` lays them) with the packed coefficient pairs ``khi[kbase + p]``
+    and ``klo[kbase + p]``. No bounds check."""
+    sig = types.none(pairs, base, count, khi, klo, kbase, out, oi)
+
+    def codegen(context, builder, signature, args):
+        features = _host_features(context)
+        pa = context.make_array(signature.args[0])(context, builder, args[0])
+        kh = context.make_array(signature.args[3])(context, builder, args[3])
+        kl = context.make_array(signature.args[4])(context, builder, args[4])
+        o = context.make_array(signature.args[6])(context, builder, args[6])
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        w16 = ir.VectorType(i32, 16)
+        base = builder.sext(args[1], i64) if args[1].type.width < 64 else args[1]
+        kbase = builder.sext(args[5], i64) if args[5].type.width < 64 else args[5]
+        count = builder.sext(args[2], i64) if args[2].type.width < 64 else args[2]
+        sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(8)]
+        with cgutils.for_range(builder, count) as loop:
+            p = loop.index
+            row = builder.add(base, builder.mul(p, ir.Constant(i64, 256)))
+            k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
+            k_lo = builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+            for g in range(4):
+                ptr = builder.gep(pa.data, [builder.add(row, ir.Constant(i64, 32 * g))])
+                v = builder.load(builder.bitcast(ptr, ir.PointerType(ir.VectorType(i16, 32))), align=2)
+                builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
+                              sums[4 + g])
+        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
+        for g in range(4):
+            ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
+            ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
+            ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
+            ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
+            ptr = builder.gep(o.data, [builder.add(args[7], ir.Constant(i64, 16 * g))])
+            builder.store(builder.trunc(ss, ir.VectorType(i8, 16)),
+                          builder.bitcast(ptr, ir.PointerType(ir.VectorType(i8, 16))), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_rows(typingctx, src, first, pitch, count, last, khi, klo, kbase, out, oi):
+    """``_dot_pairs`` with the pairs read straight from rows of ``src``: pair p is the 64
+    samples at ``first + 2p * pitch`` and at ``first + (2p + 1) * pitch`` (but never past
+    ``last``: a pair's missing second tap has weight 0), interleaved in registers. No
+    bounds check."""
+    sig = types.none(src, first, pitch, count, last, khi, klo, kbase, out, oi)
+
+    def codegen(context, builder, signature, args):
+        features = _host_features(context)
+        sa = context.make_array(signature.args[0])(context, builder, args[0])
+        kh = context.make_array(signature.args[5])(context, builder, args[5])
+        kl = context.make_array(signature.args[6])(context, builder, args[6])
+        o = context.make_array(signature.args[8])(context, builder, args[8])
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
+        zip16 = ir.Constant(ir.VectorType(i32, 32), [j // 2 + 16 * (j % 2) for j in range(32)])
+        first, pitch, count, last, kbase = (builder.sext(a, i64) if a.type.width < 64 else a
+                                            for a in (args[1], args[2], args[3], args[4], args[7]))
+        sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(8)]
+        with cgutils.for_range(builder, count) as loop:
+            p = loop.index
+            r1 = builder.add(first, builder.mul(builder.mul(p, ir.Constant(i64, 2)), pitch))
+            r2 = builder.add(r1, pitch)
+            r2 = builder.select(builder.icmp_signed(">", r2, last), last, r2)
+            k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
+            k_lo = builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+            for g in range(4):
+                def row(r):
+                    ptr = builder.gep(sa.data, [builder.add(r, ir.Constant(i64, 16 * g))])
+                    return builder.load(builder.bitcast(ptr, ir.PointerType(b16)), align=1)
+                v = builder.zext(builder.shuffle_vector(row(r1), row(r2), zip16), ir.VectorType(i16, 32))
+                builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
+                              sums[4 + g])
+        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
+        for g in range(4):
+            ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
+            ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
+            ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
+            ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
+            ptr = builder.gep(o.data, [builder.add(args[9], ir.Constant(i64, 16 * g))])
+            builder.store(builder.trunc(ss, b16), builder.bitcast(ptr, ir.PointerType(b16)), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _convolve_rows_pairs(src, rowlen, rows, bounds, khi, klo, out, out_pitch, count):
+    """``_convolve`` over whole rows (``src`` holds ``rows`` rows of ``rowlen`` >= 64
+    samples; tap i of output y is row ``bounds[y, 0] + i``) in int16 pairs, 64 lanes at a
+    time; a last partial run is done as the 64 lanes ending the row (its overlap with the
+    previous run is written twice, with the same values)."""
+    width = khi.shape[1]
+    last = (rows - 1) * rowlen
+    for y in range(count):
+        n = bounds[y, 1]
+        o = y * out_pitch
+        if n < 1:
+            for j in range(rowlen):
+                out[o + j] = _clip8(np.int32(_HALF))
+            continue
+        first = bounds[y, 0] * rowlen
+        j = 0
+        while True:
+            if j + 64 > rowlen:
+                j = rowlen - 64
+            _dot_rows(src, first + j, rowlen, (n + 1) // 2, last + j, khi, klo, y * width, out, o + j)
+            j += 64
+            if j >= rowlen:
+                break
+
+
+@numba.njit(nogil=True, cache=True)
+def _pairable(kk):
+    """Whether every coefficient's high part fits int16 (|k| < 2**26; resampling weights
+    stay below 2**23) and the taps are few enough for the low parts' sum."""
+    if kk.shape[1] > _PAIR_TAPS_MAX:
+        return False
+    for x in range(kk.shape[0]):
+        for i in range(kk.shape[1]):
+            if kk[x, i] < -(1 << 26) or kk[x, i] >= (1 << 26):
+                return False
+    return True
+
+
+@numba.njit(nogil=True, cache=True)
+def _split_pairs(bounds, kk):
+    """(khi, klo) int32 [out, pairs]: each output's taps (2p, 2p+1) as two int16 packed in
+    an int32 (the first in the low half), of hi = k >> 11 and lo = k & 2047; a tap past
+    the output's count is 0. For ``_pairable`` coefficients."""
+    n_out = bounds.shape[0]
+    pairs = 1
+    for x in range(n_out):
+        pairs = max(pairs, (bounds[x, 1] + 1) // 2)
+    khi = np.zeros((n_out, pairs), np.int32)
+    klo = np.zeros((n_out, pairs), np.int32)
+    for x in range(n_out):
+        for i in range(bounds[x, 1]):
+            k = np.int32(kk[x, i])
+            hi = np.uint32(np.uint16(np.int16(k >> np.int32(_PAIR_BITS))))
+            lo = np.uint32(k & np.int32((1 << _PAIR_BITS) - 1))
+            shift = np.uint32(16 * (i % 2))
+            khi[x, i // 2] |= np.int32(hi << shift)
+            klo[x, i // 2] |= np.int32(lo << shift)
+    return khi, klo
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w):
+    """``_convolve`` of a 64-lane block ``t`` (``t[x * 64 + j]``, one spare column at
+    ``xhi - xlo``) in int16 pairs: outputs in runs of 32, each run's columns interleaved
+    into ``pairs`` (L1-sized) first."""
+    width = khi.shape[1]
+    for x0 in range(0, out_w, 32):
+        x1 = min(x0 + 32, out_w)
+        lo = bounds[x0, 0]
+        hi = lo + 1
+        for x in range(x0, x1):
+            lo = min(lo, bounds[x, 0])
+            hi = max(hi, bounds[x, 0] + 2 * ((bounds[x, 1] + 1) // 2) - 1)
+        hi = min(hi, xhi)
+        for x in range(lo, hi):
+            _interleave_pairs(pairs, (x - lo) * 128, t, (x - xlo) * 64)
+        for x in range(x0, x1):
+            _dot_pairs(pairs, (bounds[x, 0] - lo) * 128, (bounds[x, 1] + 1) // 2, khi, klo, x * width, res, x * 64)
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
     """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows: ``nc``
@@ -363,9 +623,25 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
     xwide = min(xhi, in_w - 1) if slot > sp else xhi
     # Lanes of rows past the image end are left uninitialised: they hold some uint8, their
     # sums are computed and discarded.
-    t = np.empty(max(xhi - xlo, 1) * lanes, np.uint8)
+    # One spare column: a pair's second tap past the last one reads it (times 0).
+    t = np.empty((max(xhi - xlo, 1) + 1) * lanes, np.uint8)
     res = np.empty(out_w * lanes, np.uint8)
     acc = np.empty(lanes, np.int32)
+    paired = lanes == 64 and _pairable(kk)
+    if paired:
+        khi, klo = _split_pairs(bounds, kk)
+        span = 1
+        for x0 in range(0, out_w, 32):
+            lo = bounds[x0, 0]
+            hi = lo + 1
+            for x in range(x0, min(x0 + 32, out_w)):
+                lo = min(lo, bounds[x, 0])
+                hi = max(hi, bounds[x, 0] + bounds[x, 1] + 1)
+            span = max(span, hi - lo)
+        pairs = np.empty(span * 128, np.int16)
+    else:
+        khi = klo = np.empty((0, 0), np.int32)
+        pairs = np.empty(0, np.int16)
     for y0 in range(0, out_h, rb):
         nr = min(rb, out_h - y0)
         # In tiles of 64 columns, so the part of ``t`` being filled stays in L1.
@@ -394,7 +670,10 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
                 for x in range(max(xv, xw), xe):
                     for c in range(nc):
                         t[to + x * lanes + c] = sflat[so + x * sp + c]
-        _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, out_w)
+        if paired:
+            _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w)
+        else:
+            _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, out_w)
         for xt in range(0, out_w, 64):
             xe = min(xt + 64, out_w)
             xw = min(xe, out_w - 1) if slot > nc else xe
@@ -427,6 +706,7 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     """``resample_horizontal`` for C-contiguous arrays, callable from other kernels.
     (Numba compiles a function once per array layout it is given, and this one takes
     ~15 s to compile: the Python entries hand it C-contiguous arrays only.)"""
+    wide_vectors()
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
@@ -451,6 +731,7 @@ def horizontal_pass(src, dst, row0, bounds, kk):
 @numba.njit(nogil=True, cache=True)
 def vertical_pass(src, dst, bounds, kk):
     """``resample_vertical`` for C-contiguous arrays, callable from other kernels."""
+    wide_vectors()
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
         return
@@ -458,9 +739,19 @@ def vertical_pass(src, dst, bounds, kk):
     # contiguous SIMD multiply-add.
     sflat = src.reshape(src.size)
     rowlen = out_w * src.shape[2]
+    in_rows = src.shape[0]
     acc = np.empty(rowlen, np.int32)
+    # int16 pairs (``_dot_rows``) for rows of at least 64 samples
+    paired = rowlen >= 64 and _pairable(kk)
+    if paired:
+        khi, klo = _split_pairs(bounds, kk)
+    else:
+        khi = klo = np.empty((0, 1), np.int32)
     if src.shape[2] == nc:
-        _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dst.reshape(dst.size), rowlen, out_h)
+        if paired:
+            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds, khi, klo, dst.reshape(dst.size), rowlen, out_h)
+        else:
+            _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dst.reshape(dst.size), rowlen, out_h)
         return
     # RGBX: a few RGBX rows at a time (L1/L2-sized), each block packed into dst.
     rows = max(1, 32768 // rowlen)
@@ -468,7 +759,11 @@ def vertical_pass(src, dst, bounds, kk):
     bflat = block.reshape(block.size)
     for y0 in range(0, out_h, rows):
         k = min(rows, out_h - y0)
-        _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
+        if paired:
+            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds[y0:y0 + k], khi[y0:y0 + k], klo[y0:y0 + k], bflat,
+                                 rowlen, k)
+        else:
+            _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
         pack_into(block[:k], dst[y0:y0 + k])
 
 

@@ -442,12 +442,20 @@ def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) ->
 
 
 def _new_batch(shape: tuple[int, ...], slots: list[tuple]) -> np.ndarray:
-    """pixel_values to write the items' slots into. Zeros where padding is left between
-    slots (which never overlap); a batch the slots cover whole (one image, or a family
-    without padding) is not written twice."""
+    """pixel_values to write the items' slots into, starting on a cache line, so rows
+    the kernels write with streaming stores cover whole lines. Zeros where padding is
+    left between slots (which never overlap); a batch the slots cover whole (one image,
+    or a family without padding) is not written twice."""
+    size = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(4 * size + _LINE, dtype=np.uint8)
+    start = -raw.ctypes.data % _LINE
+    out = raw[start:start + 4 * size].view(np.float32).reshape(shape)
     if _padded(shape, slots):
-        return np.zeros(shape, dtype=np.float32)
-    return np.empty(shape, dtype=np.float32)
+        out.fill(0)
+    return out
+
+
+_LINE = 64
 
 
 def _padded(shape: tuple[int, ...], slots: list[tuple]) -> bool:

@@ -33,6 +33,8 @@ MAX_ASPECT_RATIO = 200
 #: 224x224 for Qwen2/2.5-VL, 256x256 for Qwen3-VL), as OpenAI's low detail is one small
 #: fixed budget (85 tokens there).
 LOW_DETAIL_TOKENS = 64
+#: The coefficients of an axis that keeps its size (never read).
+_NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -189,9 +191,16 @@ class QwenVL(Family[Grid]):
         h, w = plan.resized_size
         if self.torchvision:
             img = image.pixels
-            if (image.height, image.width) != (h, w):
-                img = resample_tv.resize_rgb(img, h, w, resample_tv.PIL_FILTER_MODES[c.resample])
-            patchify.lut_patchify(img, self._lut, out, c.patch_size, c.merge_size, c.temporal_patch_size)
+            mode = resample_tv.PIL_FILTER_MODES[c.resample]
+            if (image.height, image.width) == (h, w) or mode not in resample_tv.MODES:
+                if (image.height, image.width) != (h, w):
+                    img = resample_tv.resize_rgb(img, h, w, mode)
+                patchify.lut_patchify(img, self._lut, out, c.patch_size, c.merge_size, c.temporal_patch_size)
+            else:  # torch's antialiased passes (horizontal first), resized a few bands at a time
+                bh, kh = resample_tv.coeffs(image.width, w, mode) if w != image.width else _NO_COEFFS
+                bv, kv = resample_tv.coeffs(image.height, h, mode) if h != image.height else _NO_COEFFS
+                patchify.resampled_patchify(img, h, w, bh, kh, bv, kv, True, self._lut, out, c.patch_size,
+                                            c.merge_size, c.temporal_patch_size)
         else:
             patchify.resize_normalize_patchify(
                 image.pixels, h, w, c.resample, self._lut, c.patch_size, c.merge_size, c.temporal_patch_size, out=out

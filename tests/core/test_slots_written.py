@@ -41,3 +41,15 @@ def test_a_lone_image_batch_is_not_zeroed_but_padding_is():
     assert lone.shape == (1, 5, 3, 4, 4)
     padded = _new_batch((2, 5, 3, 4, 4), [(0, slice(0, 5)), (1, slice(0, 3))])
     assert not padded.any()
+
+
+def test_batches_start_on_a_cache_line():
+    """pixel_values starts on a 64-byte boundary, so the kernels' streaming stores cover
+    whole cache lines (a 336-float tile row is exactly 21 of them)."""
+    from sglang_mm_grpc.driver import _new_batch
+
+    for shape in [(1, 5, 3, 336, 336), (3996, 1176), (7, 13), (1,)]:
+        for _ in range(3):
+            batch = _new_batch(shape, [(slice(None),)])
+            assert batch.ctypes.data % 64 == 0 and batch.shape == shape and batch.dtype == np.float32
+            assert batch.flags.c_contiguous and batch.flags.writeable

@@ -59,11 +59,17 @@ def test_arithmetic_writers_equal_lookup(mean, std, factor):
     gather = np.empty((0, 4), np.float32)
     for name, lut in _tables(mean, std, factor):
         coef = normalize.arithmetic(lut)
-        if coef.shape[0]:
-            v = np.arange(256, dtype=np.float32)
+        v = np.arange(256, dtype=np.float32)
+        if coef.shape == (3, 4):
             for c in range(3):
                 h, lo, m, s = coef[c]
                 assert _same((v * h + v * lo - m) / s, lut[c]), name
+        elif coef.shape == (3, 3):  # the bfloat16 chain
+            for c in range(3):
+                f, m, r = coef[c]
+                assert _same(bf16.round_bf16(bf16.round_bf16(bf16.round_bf16(v * f) - m) * r), lut[c]), name
+        else:
+            assert coef.shape == (0, 4), name
         fast = np.empty((3, 56, 84), np.float32)
         slow = np.empty_like(fast)
         chw.lut_chw(IMG, coef, lut, fast)
@@ -74,21 +80,26 @@ def test_arithmetic_writers_equal_lookup(mean, std, factor):
         window.lut_tiles_chw(IMG, 5, 3, 2, 2, gather, lut, np.array([1, 2, 3], np.uint8), tiles[1])
         assert _same(tiles[0], tiles[1]), name
         rows = np.empty((2, 24, 3 * 2 * 14 * 14), np.float32)
-        kernel = patchify._specialized(14, 2, 2)
+        kernel = patchify._specialized(14, 2, 2)[0]
         kernel(IMG, coef, lut, rows[0])
         kernel(IMG, gather, lut, rows[1])
         assert _same(rows[0], rows[1]), name
 
 
 def test_which_tables_fit():
-    """The HF tables fit; bf16-rounded ones and a rescale by 0.01 are looked up (1/255 times a power of two fits)."""
+    """The HF tables fit; bf16-rounded ones fit the bfloat16 chain (its division as a
+    multiplication, checked on all 256 values); a rescale by 0.01 is looked up (1/255
+    times a power of two fits)."""
     clip = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
     for lut in (normalize.pil_backend_lut(*clip), normalize.torchvision_backend_lut(*clip),
                 totensor.totensor_normalize_lut(*clip), normalize.pil_backend_lut(*clip, do_normalize=False),
                 normalize.torchvision_backend_lut(*clip, do_normalize=False),
                 bf16.bf16_backend_lut(*clip, 1 / 255, True, False)):
         assert normalize.arithmetic(lut).shape == (3, 4)
-    assert normalize.arithmetic(bf16.bf16_backend_lut(*clip)).shape == (0, 4)
+    half = normalize.arithmetic(bf16.bf16_backend_lut((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+    assert half.shape == (3, 3) and np.array_equal(half[:, 2], [2, 2, 2])
+    for stats in (clip, ((0.2, 0.3, 0.4), (0.25, 1.0, 2.0))):
+        assert normalize.arithmetic(bf16.bf16_backend_lut(*stats)).shape == (3, 3)
     assert normalize.arithmetic(normalize.pil_backend_lut(*clip, 0.01)).shape == (0, 4)
     assert normalize.arithmetic(np.zeros((3, 256), np.float32)).shape == (0, 4)
     with np.errstate(divide="ignore", invalid="ignore"):

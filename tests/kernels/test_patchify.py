@@ -121,6 +121,48 @@ def test_writes_into_a_slot_of_a_larger_batch():
     assert np.array_equal(batch[10:], unfused(rgb, 56, 56, 3, *CLIP, 14, 2, 2))
 
 
+@pytest.mark.parametrize("shape,target", [((300, 200), (112, 224)), ((60, 500), (84, 336)), ((90, 70), (112, 56)),
+                                          ((37, 301), (56, 308)), ((301, 37), (308, 56)), ((112, 90), (112, 56))])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "lanczos"])
+def test_resampled_patchify_equals_resize_then_patchify(shape, target, mode):
+    """Band by band through torch's antialiased passes (horizontal first, as a fast
+    processor resizes), RGB and Pillow's RGBX alike: the resize, then the patchify."""
+    from sglang_mm_grpc.kernels import resample_tv
+
+    rgb = imagegen.pixels(*shape, seed=6)
+    rgbx = np.full((*shape, 4), 3, np.uint8)
+    rgbx[:, :, :3] = rgb
+    lut = normalize.torchvision_backend_lut(*CLIP)
+    (h, w), (oh, ow) = shape, target
+    want = np.empty(((oh // 14) * (ow // 14), 1176), np.float32)
+    patchify.lut_patchify(resample_tv.resize_rgb(rgb, oh, ow, mode), lut, want, 14, 2, 2)
+    none = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
+    bh, kh = resample_tv.coeffs(w, ow, mode) if ow != w else none
+    bv, kv = resample_tv.coeffs(h, oh, mode) if oh != h else none
+    for src in (rgb, rgbx):
+        got = np.full_like(want, np.nan)
+        patchify.resampled_patchify(src, oh, ow, bh, kh, bv, kv, True, lut, got, 14, 2, 2)
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("offset", range(0, 16))
+def test_streamed_output_equals_the_stored_one(monkeypatch, offset):
+    """A large output is assembled a merge block at a time and written with streaming
+    stores: the same values wherever the slot starts relative to a cache line, and
+    nothing outside the slot is touched."""
+    rgb = imagegen.pixels(70, 90, seed=3)
+    lut = normalize.pil_backend_lut(*CLIP)
+    want = unfused(rgb, 56, 84, 3, *CLIP, 14, 2, 2)
+    monkeypatch.setattr(normalize, "STREAM_MIN_BYTES", 0)
+    assert normalize.streams(want)
+    flat = np.full(want.size + 64, np.nan, np.float32)
+    start = (-flat.ctypes.data // 4 + offset) % 16  # the slot starts `offset` floats into a line
+    out = flat[start:start + want.size].reshape(want.shape)
+    patchify.resize_normalize_patchify(rgb, 56, 84, 3, lut, 14, 2, 2, out=out)
+    assert np.array_equal(out, want)
+    assert np.isnan(flat[:start]).all() and np.isnan(flat[start + want.size:]).all()
+
+
 def test_rejects_bad_targets():
     rgb = imagegen.pixels(10, 10)
     lut = normalize.pil_backend_lut(*CLIP)

@@ -390,6 +390,32 @@ def test_pass_kernels_wrap_like_int32(nc):
         assert np.array_equal(got, _reference_pass(a, bv, kv, 0))
 
 
+def test_pass_kernels_take_any_int32_weights():
+    """The passes compute taps in int16 halves of each weight where the weights allow it
+    (``_pairable``) and in int32 otherwise: weights past 2**26, and more taps than the
+    halves' sums hold (a shrink by thousands), give Resample.c's int32 results too."""
+    rng = np.random.default_rng(5)
+    for nc in (1, 3, 4):
+        a = rng.integers(0, 256, (70, 90, nc), dtype=np.uint8)
+        bh, kh = _wrapping_taps(rng, 90, 33)
+        kh[:, 0] = 2**30 + 12345  # high half beyond int16
+        got = np.empty((70, 33, nc), np.uint8)
+        rp.resample_horizontal(a, got, 0, bh, kh)
+        assert np.array_equal(got, _reference_pass(a, bh, kh, 1))
+        bv, kv = _wrapping_taps(rng, 70, 21)
+        kv[:, 0] = -(2**29)
+        got = np.empty((21, 90, nc), np.uint8)
+        rp.resample_vertical(a, got, bv, kv)
+        assert np.array_equal(got, _reference_pass(a, bv, kv, 0))
+    wide = rng.integers(0, 256, (3, 9000, 3), dtype=np.uint8)
+    tall = np.ascontiguousarray(wide.transpose(1, 0, 2))
+    for f in CONV_FILTERS:
+        want = np.asarray(Image.fromarray(wide).resize((2, 3), f, reducing_gap=None))
+        assert np.array_equal(rp.resize(wide, 3, 2, f), want), NAMES[f]
+        want = np.asarray(Image.fromarray(tall).resize((3, 2), f, reducing_gap=None))
+        assert np.array_equal(rp.resize(tall, 2, 3, f), want), NAMES[f]
+
+
 def _rgbx(rgb: np.ndarray, pad: int) -> np.ndarray:
     """Pillow's own RGB layout: a fourth, ignored byte per pixel."""
     out = np.full((*rgb.shape[:2], 4), pad, np.uint8)
