@@ -253,6 +253,16 @@ def bench_inprocess(models, images, repeat, hf_python: str | None = None, meta: 
     return rows
 
 
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def _ms(t0, t1) -> list[float]:
+    """[wall, cpu] milliseconds between two ``_clock`` readings (cpu: this thread's, which
+    a shared machine's other work does not inflate the way it does wall time)."""
+    return [(t1[0] - t0[0]) * 1e3, (t1[1] - t0[1]) * 1e3]
+
+
 def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: int, available, reference,
                    decode_image) -> dict:
     raw = make_image(spec)
@@ -265,33 +275,33 @@ def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: 
     plan = pp.family.plan(img.height, img.width, 0)
     bshape, slots = pp.family.batch_shape([plan])
     buf = np.zeros(bshape, np.float32)
-    samples: dict[str, list] = {k: [] for k in ("ours", "post_decode", "decode_bench", "write_bench",
-                                                "decode_hf", "write_hf", *available)}
+    keys = ("ours", "post_decode", "decode_bench", "write_bench", "decode_hf", "write_hf", *available)
+    samples: dict[str, list] = {k: [] for k in keys}  # [wall, cpu] per call
     calls = 0
 
     def ours():
         nonlocal calls
         fresh = fresh_bytes(raw, calls)
         calls += 1
-        t0 = time.perf_counter()
+        t0 = _clock()
         pp.preprocess([fresh], use_cache=False)
-        return {"ours": (time.perf_counter() - t0) * 1e3}
+        return {"ours": _ms(t0, _clock())}
 
     def post_decode():
-        t0 = time.perf_counter()
+        t0 = _clock()
         pp.family.process_item(img, plan, buf[slots[0]])
-        return {"post_decode": (time.perf_counter() - t0) * 1e3}
+        return {"post_decode": _ms(t0, _clock())}
 
     def floor_bench():
-        t0 = time.perf_counter()
+        t0 = _clock()
         _decode_rgb(raw)
-        t1 = time.perf_counter()
+        t1 = _clock()
         np.empty(shape, np.float32).fill(1.0)
-        return {"decode_bench": (t1 - t0) * 1e3, "write_bench": (time.perf_counter() - t1) * 1e3}
+        return {"decode_bench": _ms(t0, t1), "write_bench": _ms(t1, _clock())}
 
     def floor_hf():
         r = hf.ask("time", what="floor")
-        return {"decode_hf": r["decode_ms"], "write_hf": r["write_ms"]}
+        return {"decode_hf": r["decode"], "write_hf": r["write"]}
 
     def hf_call(key):
         return lambda: {key: hf.ask("time", what=key)["ms"]}
@@ -304,66 +314,75 @@ def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: 
         for step in calls_in_turn[k:] + calls_in_turn[:k]:
             for key, ms in step().items():
                 samples[key].append(ms)
-    med = {k: statistics.median(v) for k, v in samples.items()}
     w, h = Image.open(io.BytesIO(raw)).size
     row = {"model": model, "image": spec, "bytes": len(raw), "bits_per_pixel": 8 * len(raw) / (w * h),
-           "output": list(shape), "samples_each": repeat, "ours_ms": med["ours"], "post_decode_ms": med["post_decode"]}
-    floors = {p: statistics.median(d + w_ for d, w_ in zip(samples[f"decode_{p}"], samples[f"write_{p}"]))
-              for p in ("bench", "hf")}
-    side = min(floors, key=floors.get)
-    row.update(floor_ms=floors[side], floor_process=side, floor_bench_ms=floors["bench"], floor_hf_ms=floors["hf"],
-               decode_ms=med[f"decode_{side}"], write_ms=med[f"write_{side}"],
-               decode_bench_ms=med["decode_bench"], decode_hf_ms=med["decode_hf"],
-               write_bench_ms=med["write_bench"], write_hf_ms=med["write_hf"])
-    row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
-    fastest_decode = min(med["decode_bench"], med["decode_hf"])
-    for key in available:
-        row[f"{key}_ms"] = med[key]
-        row[f"speedup_vs_{key}"] = med[key] / row["ours_ms"]
-        # the most any preprocessing after the same Pillow decode could reach
-        row[f"{key}_over_decode"] = med[key] / fastest_decode
+           "output": list(shape), "samples_each": repeat}
+    for clock, suffix in ((0, ""), (1, "_cpu")):  # wall-clock times, then CPU times of the calling thread
+        med = {k: statistics.median(s[clock] for s in v) for k, v in samples.items()}
+        floors = {p: statistics.median(d[clock] + w_[clock] for d, w_ in zip(samples[f"decode_{p}"],
+                                                                             samples[f"write_{p}"]))
+                  for p in ("bench", "hf")}
+        side = min(floors, key=floors.get)
+        r = {"ours_ms": med["ours"], "post_decode_ms": med["post_decode"],
+             "floor_ms": floors[side], "floor_process": side, "floor_bench_ms": floors["bench"],
+             "floor_hf_ms": floors["hf"], "decode_ms": med[f"decode_{side}"], "write_ms": med[f"write_{side}"],
+             "decode_bench_ms": med["decode_bench"], "decode_hf_ms": med["decode_hf"],
+             "write_bench_ms": med["write_bench"], "write_hf_ms": med["write_hf"]}
+        r["ours_over_floor"] = r["ours_ms"] / r["floor_ms"]
+        fastest_decode = min(med["decode_bench"], med["decode_hf"])
+        for key in available:
+            r[f"{key}_ms"] = med[key]
+            r[f"speedup_vs_{key}"] = med[key] / r["ours_ms"]
+            # the most any preprocessing after the same Pillow decode could reach
+            r[f"{key}_over_decode"] = med[key] / fastest_decode
+        row.update({(k[:-3] + suffix + "_ms" if k.endswith("_ms") else k + suffix): v for k, v in r.items()})
     if reference is not None:
         theirs = hf.ask("digest", what=reference)
         row["exact_vs"] = reference
         row["exact"] = theirs["sha256"] == _digest(out.pixel_values) and \
             int(np.prod(theirs["shape"])) == out.pixel_values.size
-    row["samples_ms"] = {k: [round(x, 3) for x in v] for k, v in samples.items()}
+    row["samples_ms"] = {k: [[round(x, 3) for x in s] for s in v] for k, v in samples.items()}
     return row
 
 
 def summarize_inprocess(rows: list[dict]) -> dict:
     """Per model, over its photo-like JPEGs: the median of ours / floor, the least HF /
-    ours, and the HF / decode cap where that least one was measured."""
+    ours, and the HF / decode cap where that least one was measured; from wall-clock
+    times, and (``_cpu``) from CPU times."""
     out = {}
     for model in dict.fromkeys(r["model"] for r in rows):
         photos = [r for r in rows if r["model"] == model and ":photo" in r["image"]]
         if not photos:
             continue
-        s = {"images": [r["image"] for r in photos],
-             "median_ours_over_floor": statistics.median(r["ours_over_floor"] for r in photos)}
-        for key in ("hf_pil", "hf_tv"):
-            have = [r for r in photos if f"speedup_vs_{key}" in r]
-            if have:
-                least = min(have, key=lambda r: r[f"speedup_vs_{key}"])
-                s[f"min_speedup_vs_{key}"] = least[f"speedup_vs_{key}"]
-                s[f"min_speedup_vs_{key}_image"] = least["image"]
-                s[f"{key}_over_decode_there"] = least[f"{key}_over_decode"]
+        s: dict = {"images": [r["image"] for r in photos]}
+        for suffix in ("", "_cpu"):
+            s[f"median_ours_over_floor{suffix}"] = statistics.median(r[f"ours_over_floor{suffix}"] for r in photos)
+            for key in ("hf_pil", "hf_tv"):
+                have = [r for r in photos if f"speedup_vs_{key}{suffix}" in r]
+                if have:
+                    least = min(have, key=lambda r: r[f"speedup_vs_{key}{suffix}"])
+                    s[f"min_speedup_vs_{key}{suffix}"] = least[f"speedup_vs_{key}{suffix}"]
+                    s[f"min_speedup_vs_{key}{suffix}_image"] = least["image"]
+                    s[f"{key}_over_decode{suffix}_there"] = least[f"{key}_over_decode{suffix}"]
         out[model] = s
     return out
 
 
 def _print_summary(summary: dict) -> None:
     for model, s in summary.items():
-        parts = [f"median ours/floor {s['median_ours_over_floor']:.2f}x"]
-        for key, name in (("hf_pil", "HF PIL"), ("hf_tv", "HF torchvision")):
-            if f"min_speedup_vs_{key}" in s:
-                parts.append(f"least {name}/ours {s[f'min_speedup_vs_{key}']:.2f}x at {s[f'min_speedup_vs_{key}_image']}"
-                             f" (cap {name}/decode there {s[f'{key}_over_decode_there']:.2f}x)")
-        print(f"  {model.split('/')[-1]}, photo JPEGs: " + "; ".join(parts), flush=True)
+        for suffix, clock in (("", "wall"), ("_cpu", "cpu")):
+            parts = [f"median ours/floor {s[f'median_ours_over_floor{suffix}']:.2f}x"]
+            for key, name in (("hf_pil", "HF PIL"), ("hf_tv", "HF torchvision")):
+                if f"min_speedup_vs_{key}{suffix}" in s:
+                    parts.append(f"least {name}/ours {s[f'min_speedup_vs_{key}{suffix}']:.2f}x at "
+                                 f"{s[f'min_speedup_vs_{key}{suffix}_image']} (cap {name}/decode there "
+                                 f"{s[f'{key}_over_decode{suffix}_there']:.2f}x)")
+            print(f"  {model.split('/')[-1]}, photo JPEGs, {clock}: " + "; ".join(parts), flush=True)
 
 
 INPROCESS_HEADER = (f"{'model':<26} {'image':<18} {'decode':>7} {'write':>6} {'ours':>7} {'post':>6} "
-                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6} {'cap':>6} {'exact':>5}")
+                    f"{'hf-pil':>7} {'hf-tv':>7} {'/floor':>7} {'xPIL':>6} {'xTV':>6} {'cap':>6} {'exact':>5} "
+                    f"| cpu: {'/floor':>7} {'xPIL':>6} {'xTV':>6}")
 
 
 def _inprocess_line(r: dict) -> str:
@@ -375,7 +394,198 @@ def _inprocess_line(r: dict) -> str:
             f"{f('ours_ms', 7)} {f('post_decode_ms', 6, '{:.2f}')} {f('hf_pil_ms', 7)} {f('hf_tv_ms', 7)} "
             f"{f('ours_over_floor', 7, '{:.2f}x')} {f('speedup_vs_hf_pil', 6, '{:.1f}x')} "
             f"{f('speedup_vs_hf_tv', 6, '{:.1f}x')} {(f'{cap:.1f}x' if cap else '-'):>6} "
-            f"{str(r.get('exact', '-')):>5}")
+            f"{str(r.get('exact', '-')):>5} |      {f('ours_over_floor_cpu', 7, '{:.2f}x')} "
+            f"{f('speedup_vs_hf_pil_cpu', 6, '{:.1f}x')} {f('speedup_vs_hf_tv_cpu', 6, '{:.1f}x')}")
+
+
+# -- per-stage profile -------------------------------------------------------------------
+
+STAGE_IMAGES = ["640x480:photo95", "1024x768:photo92", "1920x1080:photo92"]
+
+
+def _pass_stages(px, out_h, out_w, bh, kh, bv, kv, h_first: bool, label: str):
+    """The passes ``resample_pil.separable`` runs for an RGB result, each as (name, fn),
+    and the result: the same kernels on the same intermediate shapes."""
+    from sglang_mm_grpc.kernels import resample_pil
+    from sglang_mm_grpc.kernels.pixels import pack_into
+
+    in_h, in_w, sp = px.shape
+    out = np.empty((out_h, out_w, 3), np.uint8)
+    h_name, v_name = f"{label}resize h {in_w}->{out_w}", f"{label}resize v {in_h}->{out_h}"
+    if (out_h, out_w) == (in_h, in_w):
+        steps = [(f"{label}RGBX -> RGB", lambda: pack_into(px, out))] if sp != 3 else \
+            [(f"{label}copy", lambda: out.__setitem__(Ellipsis, px))]
+    elif out_w == in_w:
+        steps = [(v_name, lambda: resample_pil.vertical_pass(px, out, bv, kv))]
+    elif out_h == in_h:
+        steps = [(h_name, lambda: resample_pil.horizontal_pass(px, out, np.int64(0), bh, kh))]
+    elif h_first:
+        first, last = int(bv[0, 0]), int((bv[:, 0] + bv[:, 1]).max())
+        tmp = np.empty((last - first, out_w, 3), np.uint8)
+        shifted = bv.copy()
+        shifted[:, 0] -= first
+        steps = [(h_name, lambda: resample_pil.horizontal_pass(px, tmp, np.int64(first), bh, kh)),
+                 (v_name, lambda: resample_pil.vertical_pass(tmp, out, shifted, kv))]
+    else:
+        tmp = np.empty((out_h, in_w, sp), np.uint8)
+        steps = [(v_name, lambda: resample_pil.vertical_pass(px, tmp, bv, kv)),
+                 (h_name, lambda: resample_pil.horizontal_pass(tmp, out, np.int64(0), bh, kh))]
+    return steps, out
+
+
+def _resize_stages(px, out_h, out_w, resample: int, torchvision: bool, label: str = ""):
+    """(stages, result) of the family's resize: Pillow's (its pass order) or torch's
+    (horizontal first, its weights), checked equal to the kernel entry's own result."""
+    from sglang_mm_grpc.kernels import resample_pil, resample_tv
+
+    in_h, in_w = px.shape[:2]
+    none = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
+    if torchvision:
+        mode = resample_tv.PIL_FILTER_MODES[resample] if isinstance(resample, int) else resample
+        bh, kh = resample_tv.coeffs(in_w, out_w, mode) if out_w != in_w else none
+        bv, kv = resample_tv.coeffs(in_h, out_h, mode) if out_h != in_h else none
+        h_first, want = True, resample_tv.resize_rgb(px, out_h, out_w, mode)
+    else:
+        bh, kh = resample_pil.coeffs(in_w, out_w, resample) if out_w != in_w else none
+        bv, kv = resample_pil.coeffs(in_h, out_h, resample) if out_h != in_h else none
+        h_first = resample_pil.horizontal_first(in_h, in_w, out_h, out_w)
+        want = resample_pil.resize_rgb(px, out_h, out_w, resample)
+    steps, out = _pass_stages(px, out_h, out_w, bh, kh, bv, kv, h_first, label)
+    for _, step in steps:
+        step()
+    if not np.array_equal(out, want):
+        raise AssertionError(f"staged {label}resize differs from the kernel's")
+    return steps, out
+
+
+def _family_stages(family, img, plan, out) -> list:
+    """process_item split into its kernels, as (name, fn), for the families the in-process
+    section benchmarks; any other family is one stage."""
+    from sglang_mm_grpc.kernels import chw, patchify, window
+
+    px = img.pixels
+    if family.name == "qwen_vl":
+        c = family.config
+        h, w = plan.resized_size
+        steps, resized = _resize_stages(px, h, w, c.resample, family.torchvision)
+        return steps + [("normalize + patchify (+ write)", lambda: patchify.lut_patchify(
+            resized, family._lut, out, c.patch_size, c.merge_size, c.temporal_patch_size))]
+    if family.name == "llava_next":
+        c = family.config
+        tile, (best_h, best_w), (nh, nw) = c.tile, plan.geometry, plan.resized_size
+        base_steps, base = _resize_stages(px, tile, tile, c.image.resample, False, "base tile: ")
+        main_steps, resized = _resize_stages(px, nh, nw, c.image.resample, False, "tiles: ")
+        return base_steps + main_steps + [
+            ("normalize base tile (+ write)", lambda: chw.normalize_chw(base, family._lut, out[0])),
+            ("normalize + cut tiles (+ write)", lambda: window.tiles_chw(
+                resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile, family._lut,
+                out[1:], fill=0))]
+    if family.name == "llama4":
+        tile, (rows, cols) = family.config.tile, plan.geometry
+        n = rows * cols
+        steps, resized = _resize_stages(px, *plan.resized_size, family._mode, True, "tiles: ")
+        steps.append(("normalize + cut tiles (+ write)", lambda: window.tiles_chw(
+            resized, 0, 0, rows, cols, family._lut, out[:n], fill=0)))
+        if n > 1:
+            global_steps, small = _resize_stages(px, tile, tile, family._mode, True, "global tile: ")
+            steps += global_steps + [("normalize global tile (+ write)",
+                                      lambda: chw.normalize_chw(small, family._lut, out[n]))]
+        return steps
+    return [("process_item", lambda: family.process_item(img, plan, out))]
+
+
+def bench_stages(models, images, repeat) -> list[dict]:
+    """Per model and image, each stage of one call timed on its own, in turn with the
+    others and the whole call: hashing, the header and plan, Pillow's decode into its RGBX
+    buffer, allocating pixel_values, each resize pass, normalize + patchify / tiles (which
+    include writing the output); ``rest`` is the whole call minus those: the token layout
+    and positions, Python between the steps, and the stages' extra cost inside a call,
+    where their inputs are colder than when each runs alone on hot buffers."""
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc.config import preset_names
+    from sglang_mm_grpc.driver import _new_batch
+    from sglang_mm_grpc.hashing import content_hash
+    from sglang_mm_grpc.media import enable_in_place_decode
+    from sglang_mm_grpc.media.decode import decode_pixels, open_image
+
+    enable_in_place_decode()
+    rows = []
+    for model in models:
+        if model not in preset_names():
+            continue
+        pp = Preprocessor.from_model(model, cache_bytes=0)
+        pp.warmup()
+        family = pp.family
+        for spec in images:
+            raw = make_image(spec)
+            img = decode_pixels(open_image(raw, item=0), transparency=family.transparency)
+            plan = family.plan(img.height, img.width, 0)
+            shape, slots = family.batch_shape([plan])
+            batch = _new_batch(shape, slots)
+            out = batch[slots[0]]
+            steps = _family_stages(family, img, plan, out)
+            for _, step in steps:
+                step()
+            want = _new_batch(shape, slots)
+            family.process_item(img, plan, want[slots[0]])
+            if not np.array_equal(batch.view(np.uint32), want.view(np.uint32)):
+                raise AssertionError(f"{model} {spec}: the staged kernels differ from process_item")
+            calls = 0
+
+            def whole():
+                nonlocal calls
+                fresh = fresh_bytes(raw, calls)
+                calls += 1
+                t0 = _clock()
+                pp.preprocess([fresh], use_cache=False)
+                return _ms(t0, _clock())
+
+            def timed(fn, fresh_header=False):
+                def run():
+                    arg = open_image(raw, item=0) if fresh_header else None
+                    t0 = _clock()
+                    fn(arg) if fresh_header else fn()
+                    return _ms(t0, _clock())
+                return run
+
+            named = [("hash (blake3)", timed(lambda: content_hash(raw))),
+                     ("header + plan", timed(lambda: family.plan(*_hw(open_image(raw, item=0)), 0))),
+                     ("decode into RGBX (Pillow)", timed(lambda h: decode_pixels(h, transparency=family.transparency),
+                                                         fresh_header=True)),
+                     ("allocate pixel_values", timed(lambda: _new_batch(shape, slots)))]
+            named += [(name, timed(step)) for name, step in steps]
+            named.append(("whole call", whole))
+            samples = {name: [] for name, _ in named}
+            for _, run in named:
+                run()  # warm
+            for rep in range(repeat):
+                k = rep % len(named)
+                for name, run in named[k:] + named[:k]:
+                    samples[name].append(run())
+            med = {name: [statistics.median(s[i] for s in v) for i in (0, 1)] for name, v in samples.items()}
+            total = med.pop("whole call")
+            parts = {name: {"wall_ms": v[0], "cpu_ms": v[1]} for name, v in med.items()}
+            parts["rest"] = {"wall_ms": total[0] - sum(v[0] for v in med.values()),
+                             "cpu_ms": total[1] - sum(v[1] for v in med.values())}
+            row = {"model": model, "image": spec, "resized": list(plan.resized_size), "output": list(shape),
+                   "whole_wall_ms": total[0], "whole_cpu_ms": total[1], "stages": parts,
+                   "staged_equals_process_item": True}
+            rows.append(row)
+            _print_stages(row)
+    return rows
+
+
+def _hw(header) -> tuple[int, int]:
+    return header.height, header.width
+
+
+def _print_stages(row: dict) -> None:
+    print(f"  {row['model'].split('/')[-1]} {row['image']} -> {row['resized'][0]}x{row['resized'][1]}, "
+          f"output {'x'.join(map(str, row['output']))}: whole call {row['whole_cpu_ms']:.2f} ms CPU "
+          f"({row['whole_wall_ms']:.2f} wall)", flush=True)
+    for name, t in row["stages"].items():
+        share = 100 * t["cpu_ms"] / row["whole_cpu_ms"]
+        print(f"      {name:<42} {t['cpu_ms']:7.2f} ms CPU {share:5.1f}%   ({t['wall_ms']:.2f} wall)", flush=True)
 
 
 class _Server:
@@ -874,12 +1084,15 @@ def _machine(malloc_tuned: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python scripts/bench.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", nargs="+", default=["inprocess", "server", "startup", "cache", "controls", "memory"],
-                    choices=["inprocess", "server", "startup", "cache", "controls", "memory"])
+    ap.add_argument("--sections", nargs="+",
+                    default=["inprocess", "stages", "server", "startup", "cache", "controls", "memory"],
+                    choices=["inprocess", "stages", "server", "startup", "cache", "controls", "memory"])
     ap.add_argument("--model", action="append", help=f"preset (repeatable; default {', '.join(MODELS)})")
     ap.add_argument("--images", nargs="+", default=IMAGES, help="WxH[:png|:photoQ] (default: %(default)s)")
     ap.add_argument("--hf-python", help="interpreter for the HF side of the in-process section (one with "
                     "transformers, and torch for the torchvision column; default: this one)")
+    ap.add_argument("--stage-images", nargs="+", default=STAGE_IMAGES,
+                    help="images of the stages section (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--seconds", type=float, default=10.0, help="throughput window per server")
     ap.add_argument("--quick", action="store_true", help="fewer repeats and shorter windows")
@@ -902,6 +1115,9 @@ def main(argv=None) -> int:
         results["inprocess_hf_process"] = meta
         results["inprocess_summary"] = summarize_inprocess(results["inprocess"])
         _print_summary(results["inprocess_summary"])
+    if "stages" in args.sections:
+        print("per stage, one thread, ms (median of each stage timed alone, in turn with the whole call)")
+        results["stages"] = bench_stages(models, args.stage_images, repeat)
     if "server" in args.sections:
         print("through the server (127.0.0.1)")
         results["server"] = bench_server(repeat, seconds)

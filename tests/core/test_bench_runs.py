@@ -42,6 +42,28 @@ def test_inprocess_section_runs_against_the_hf_reference(tmp_path):
     assert results["inprocess_summary"]["Qwen/Qwen2-VL-7B-Instruct"]["images"] == ["96x64:photo92"]
 
 
+def test_stages_section_splits_the_call_into_its_kernels(tmp_path):
+    """The per-stage profile runs each model's kernels one by one (checked equal to the
+    family's own process_item) and writes every stage's time (not asserted on)."""
+    out = tmp_path / "bench.json"
+    models = ["Qwen/Qwen2-VL-7B-Instruct", "llava-hf/llava-v1.6-mistral-7b-hf",
+              "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+    res = subprocess.run(
+        [sys.executable, str(BENCH), "--sections", "stages", *(a for m in models for a in ("--model", m)),
+         "--stage-images", "700x500:photo92", "--repeat", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())["stages"]
+    assert [r["model"] for r in rows] == models
+    for r in rows:
+        assert r["staged_equals_process_item"] is True
+        names = list(r["stages"])
+        assert names[:4] == ["hash (blake3)", "header + plan", "decode into RGBX (Pillow)", "allocate pixel_values"]
+        assert names[-1] == "rest" and any("resize" in n for n in names) and any("normalize" in n for n in names)
+        assert all(set(t) == {"wall_ms", "cpu_ms"} for t in r["stages"].values())
+
+
 def test_bench_is_not_a_cli_subcommand():
     """The package ships no benchmark: it needs test-only packages (transformers, torch)."""
     from sglang_mm_grpc import cli
