@@ -46,13 +46,16 @@ def test_calls_lost_at_the_deadline(server):
             times.append(time.monotonic() - t)
         typical = statistics.median(times[3:])
         codes: dict[str, int] = {}
+        edge = typical  # follows the edge as the machine's load moves it: both sides get calls
         for _ in range(CALLS):
             try:
-                r = stub.Preprocess(req, timeout=typical * rng.uniform(0.4, 1.3))
+                r = stub.Preprocess(req, timeout=edge * rng.uniform(0.7, 1.3))
                 stub.Release(pb.ReleaseRequest(handle=r.handle), timeout=10)
                 codes["OK"] = codes.get("OK", 0) + 1
+                edge *= 0.93
             except grpc.RpcError as e:
                 codes[e.code().name] = codes.get(e.code().name, 0) + 1
+                edge *= 1.07
         assert set(codes) <= {"OK", "DEADLINE_EXCEEDED"}, codes
         assert codes.get("OK", 0) >= 10 and codes.get("DEADLINE_EXCEEDED", 0) >= 10, codes  # both sides of the edge
 
