@@ -377,14 +377,15 @@ def _c_typed_numba(a):
 
 
 @numba.njit(nogil=True, cache=True)
-def normalize_into(src, n, coef, lut, line, out, y, x):
-    """``out[c, y, x:x+n] = lut[c, src[3*i + c]]``. A C-contiguous ``out`` is written
+def normalize_into(src, n, coef, lut, line, out, y, x, step=3):
+    """``out[c, y, x:x+n] = lut[c, src[step*i + c]]`` (``step`` 4: Pillow's RGBX, read in
+    place). A C-contiguous ``out`` is written
     directly; any other (a slot of a padded batch, whose rows are still contiguous) gets
     the row through ``line`` (float32 [3, >= n]) and ``copy_run``, since LLVM would
     turn stores of unknown stride into slow scatters."""
     if _c_typed(out):
-        normalize_row(src, n, coef, lut, out[0, y, x:x + n], out[1, y, x:x + n], out[2, y, x:x + n])
+        normalize_row(src, n, coef, lut, out[0, y, x:x + n], out[1, y, x:x + n], out[2, y, x:x + n], step)
     else:
-        normalize_row(src, n, coef, lut, line[0], line[1], line[2])
+        normalize_row(src, n, coef, lut, line[0], line[1], line[2], step)
         for c in range(3):
             copy_run(out[c, y], x, line[c], 0, n)

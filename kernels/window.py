@@ -18,7 +18,8 @@ from .normalize import arithmetic, normalize_into
 @numba.njit(nogil=True, cache=True)
 def lut_window_chw(img, y0, x0, coef, lut, fill, out):
     """``out[c, y, x] = lut[c, img[y0 + y, x0 + x, c]]``, and ``lut[c, fill[c]]`` where
-    ``(y0 + y, x0 + x)`` falls outside ``img``. ``img`` uint8 [H, W, 3]; ``coef`` is
+    ``(y0 + y, x0 + x)`` falls outside ``img``. ``img`` uint8 [H, W, 3] (or Pillow's
+    RGBX [H, W, 4], read in place); ``coef`` is
     ``normalize.arithmetic(lut)``; ``fill`` uint8 [3]; ``out`` float32 [3, h, w],
     possibly a view into a larger tensor; ``y0``/``x0`` may be negative."""
     h_in, w_in, _ = img.shape
@@ -38,7 +39,8 @@ def lut_window_chw(img, y0, x0, coef, lut, fill, out):
                 for x in range(xb, w):
                     orow[x] = pad
         if inside and xb > xa:
-            normalize_into(img[sy].reshape(-1)[3 * (x0 + xa):], xb - xa, coef, lut, line, out, y, xa)
+            step = img.shape[2]
+            normalize_into(img[sy].reshape(-1)[step * (x0 + xa):], xb - xa, coef, lut, line, out, y, xa, step)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -52,11 +54,11 @@ def lut_tiles_chw(img, top, left, rows, cols, coef, lut, fill, out):
 
 
 def _check(img: np.ndarray, lut: np.ndarray, out: np.ndarray, ndim: int) -> None:
-    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-        raise ValueError("expected a uint8 [H, W, 3] image")
+    if img.ndim != 3 or img.shape[2] not in (3, 4) or img.dtype != np.uint8:
+        raise ValueError("expected a uint8 [H, W, 3] image (or RGBX [H, W, 4])")
     if out.dtype != np.float32 or out.ndim != ndim or out.shape[ndim - 3] != 3 or out.strides[-1] != 4:
         raise ValueError(f"out must be float32 with 3 channels and contiguous rows, got {out.dtype} {out.shape}")
-    if lut.dtype != np.float32 or lut.shape[0] < img.shape[2] or lut.shape[1] != 256:
+    if lut.dtype != np.float32 or lut.shape[0] < 3 or lut.shape[1] != 256:
         raise ValueError("lut must be float32 [C, 256]")
 
 

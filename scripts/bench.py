@@ -16,7 +16,12 @@ Sections (each prints its table; all numbers are medians of repeated runs):
              ``--hf-python`` picks its interpreter), one call there and one here in
              turn; ours gets never-seen bytes each call; the floor is timed in both
              processes and the faster one used; our output is checked bit for bit
-             against the HF reference on the same bytes (``exact``).
+             against the HF reference on the same bytes (``exact``). Every time is
+             taken as wall clock and as the calling thread's CPU time (``*_cpu_*``).
+  stages     per model, for 640x480, 1024x768 and 1920x1080 photo JPEGs: hashing, the
+             header and plan, Pillow's decode into RGBX, allocation, each resize pass,
+             normalize + patchify / tiles (with the output's write), timed one by one in
+             turn with the whole call; ``rest`` is what the call takes beyond them.
   server     Preprocess + Assemble(vLLM) through a server on 127.0.0.1 vs in-process, and
              what gRPC alone takes to move a payload of that size; the same over shared
              memory (the pixels staged by Preprocess and handed out, or copied into a
@@ -500,7 +505,9 @@ def bench_stages(models, images, repeat) -> list[dict]:
     buffer, allocating pixel_values, each resize pass, normalize + patchify / tiles (which
     include writing the output); ``rest`` is the whole call minus those: the token layout
     and positions, Python between the steps, and the stages' extra cost inside a call,
-    where their inputs are colder than when each runs alone on hot buffers."""
+    where their inputs are colder than when each runs alone on hot buffers (negative
+    where the call fuses stages: Qwen-VL resizes horizontal first band by band into its
+    patches, which the profile runs pass by pass over whole images)."""
     from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.config import preset_names
     from sglang_mm_grpc.driver import _new_batch
@@ -1133,6 +1140,7 @@ def main(argv=None) -> int:
     if "memory" in args.sections:
         print("memory")
         results["memory"] = bench_memory(models)
+    results["machine"]["load_average_at_end"] = list(os.getloadavg())
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.chart and results.get("inprocess"):

@@ -261,9 +261,10 @@ class Llama4(Family[Tiles]):
         return ItemPlan(size, (n + (n > 1), 3, c.tile, c.tile), tiles, expansion)
 
     def _resize(self, image: DecodedImage, height: int, width: int) -> np.ndarray:
-        """torchvision's resize; an image already of that size is returned as is."""
+        """torchvision's resize; an image already of that size is returned as is (Pillow's
+        RGBX buffer, which the writers read in place)."""
         if (image.height, image.width) == (height, width):
-            return image.rgb
+            return image.pixels
         return resample_tv.resize_rgb(image.pixels, height, width, self._mode)
 
     def process_item(self, image: DecodedImage, plan: ItemPlan[Tiles], out: np.ndarray) -> Aux:

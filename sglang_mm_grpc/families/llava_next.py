@@ -120,9 +120,10 @@ def matches(preprocessor: dict, config: dict) -> bool:
 
 
 def _resize(image: DecodedImage, height: int, width: int, resample: int) -> np.ndarray:
-    """Pillow's resize; an image already of that size is used as is (Pillow copies it)."""
+    """Pillow's resize; an image already of that size is used as is (Pillow copies it;
+    its RGBX buffer is read in place)."""
     if (image.height, image.width) == (height, width):
-        return image.rgb
+        return image.pixels
     return resample_pil.resize_rgb(image.pixels, height, width, resample)
 
 

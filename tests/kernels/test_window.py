@@ -53,3 +53,24 @@ def test_checks():
         window.window_chw(img, 0, 0, LUT, np.empty((3, 2, 2), np.float64))
     with pytest.raises(ValueError):
         window.tiles_chw(img, 0, 0, 2, 2, LUT, np.empty((3, 3, 2, 2), np.float32))
+
+
+@pytest.mark.parametrize("table", ["arithmetic", "bf16", "lookup"])
+def test_rgbx_is_read_like_rgb(table):
+    """Pillow's RGBX buffer (a fourth, ignored byte per pixel) read in place gives the
+    values of its packed RGB, through each normalize path, for windows, tiles and chw."""
+    from sglang_mm_grpc.kernels import bf16, chw
+
+    rng = np.random.default_rng(9)
+    rgb = rng.integers(0, 256, (45, 67, 3), dtype=np.uint8)
+    rgbx = np.full((45, 67, 4), 200, np.uint8)
+    rgbx[:, :, :3] = rgb
+    lut = {"arithmetic": LUT, "bf16": bf16.bf16_backend_lut((0.5,) * 3, (0.5,) * 3),
+           "lookup": normalize.pil_backend_lut((0.5,) * 3, (0.5,) * 3, 0.01)}[table]
+    want, got = np.empty((6, 3, 30, 30), np.float32), np.empty((6, 3, 30, 30), np.float32)
+    window.tiles_chw(rgb, 4, -3, 2, 3, lut, want, fill=7)
+    window.tiles_chw(rgbx, 4, -3, 2, 3, lut, got, fill=7)
+    assert np.array_equal(got, want)
+    assert np.array_equal(window.window_chw(rgbx, -2, 5, lut, np.empty((3, 20, 70), np.float32)),
+                          window.window_chw(rgb, -2, 5, lut, np.empty((3, 20, 70), np.float32)))
+    assert np.array_equal(chw.normalize_chw(rgbx, lut), chw.normalize_chw(rgb, lut))
