@@ -597,36 +597,21 @@ def _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
-    """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows: ``nc``
-    channels out of source pixels ``sp`` bytes apart (4 for Pillow's own RGB layout).
-
-    A per-pixel dot product over taps does not vectorise. Transposing a block of rows into
-    ``t[x, r * slot + c]`` makes every tap a contiguous run of ``rb * slot`` samples that
-    share one coefficient: the vertical pass's problem. RGB gets 4-byte slots so a pixel
-    moves in and out as one 4-byte copy (the fourth lane is the next pixel's first byte:
-    computed, never stored). ``nc``/``sp``/``slot``/``rb`` are constants at each call site.
-    """
-    out_w = bounds.shape[0]
-    in_row = in_w * sp
-    out_row = out_w * nc
-    out_h = dflat.size // out_row if out_row else 0
-    if out_h == 0:
-        return
-    lanes = rb * slot
+def _span(bounds):
+    """The source columns [xlo, xhi) an axis's outputs read."""
     xlo = bounds[0, 0]
     xhi = bounds[0, 0] + bounds[0, 1]
-    for x in range(1, out_w):
+    for x in range(1, bounds.shape[0]):
         xlo = min(xlo, bounds[x, 0])
         xhi = max(xhi, bounds[x, 0] + bounds[x, 1])
-    # A slot wider than a pixel reads one byte past the pixel: not for the row's last one.
-    xwide = min(xhi, in_w - 1) if slot > sp else xhi
-    # Lanes of rows past the image end are left uninitialised: they hold some uint8, their
-    # sums are computed and discarded.
-    # One spare column: a pair's second tap past the last one reads it (times 0).
-    t = np.empty((max(xhi - xlo, 1) + 1) * lanes, np.uint8)
-    res = np.empty(out_w * lanes, np.uint8)
-    acc = np.empty(lanes, np.int32)
+    return xlo, xhi
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _tap_setup(bounds, kk, lanes):
+    """(paired, khi, klo, pairs scratch) for ``_convolve_block``: int16 pairs where the
+    block is 64 lanes and the weights allow (``_pairable``), else the int32 path."""
+    out_w = bounds.shape[0]
     paired = lanes == 64 and _pairable(kk)
     if paired:
         khi, klo = _split_pairs(bounds, kk)
@@ -642,63 +627,140 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
     else:
         khi = klo = np.empty((0, 0), np.int32)
         pairs = np.empty(0, np.int16)
-    for y0 in range(0, out_h, rb):
-        nr = min(rb, out_h - y0)
-        # In tiles of 64 columns, so the part of ``t`` being filled stays in L1.
-        for xt in range(xlo, xhi, 64):
-            xe = min(xt + 64, xhi)
-            xw = min(xe, xwide)
-            xv = xt  # columns before xv moved 16 x 16 pixels at a time
-            if slot == 4 and nr == 16:
-                while xv + 16 <= xe:
-                    if sp == 4:
-                        _transpose_4to4(t, (xv - xlo) * lanes, lanes, sflat, y0 * in_row + xv * 4, in_row)
-                    else:
-                        _transpose_3to4(t, (xv - xlo) * lanes, lanes, sflat, y0 * in_row + xv * 3, in_row)
-                    xv += 16
-                xw = max(xw, xv)
-            for r in range(nr):
-                so = (y0 + r) * in_row
-                to = r * slot - xlo * lanes
-                if slot == 4:
-                    for x in range(xv, xw):
-                        _copy4(t, to + x * lanes, sflat, so + x * sp)
+    return paired, khi, klo, pairs
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fill_block(t, sflat, y0, nr, in_row, xlo, xhi, xwide, nc, sp, slot, lanes):
+    """Transpose source rows y0..y0+nr, columns [xlo, xhi), into ``t[x, r * slot + c]``."""
+    # In tiles of 64 columns, so the part of ``t`` being filled stays in L1.
+    for xt in range(xlo, xhi, 64):
+        xe = min(xt + 64, xhi)
+        xw = min(xe, xwide)
+        xv = xt  # columns before xv moved 16 x 16 pixels at a time
+        if slot == 4 and nr == 16:
+            while xv + 16 <= xe:
+                if sp == 4:
+                    _transpose_4to4(t, (xv - xlo) * lanes, lanes, sflat, y0 * in_row + xv * 4, in_row)
                 else:
-                    for x in range(xt, xw):
-                        for c in range(slot):
-                            t[to + x * lanes + c] = sflat[so + x * sp + c]
-                for x in range(max(xv, xw), xe):
-                    for c in range(nc):
+                    _transpose_3to4(t, (xv - xlo) * lanes, lanes, sflat, y0 * in_row + xv * 3, in_row)
+                xv += 16
+            xw = max(xw, xv)
+        for r in range(nr):
+            so = (y0 + r) * in_row
+            to = r * slot - xlo * lanes
+            if slot == 4:
+                for x in range(xv, xw):
+                    _copy4(t, to + x * lanes, sflat, so + x * sp)
+            else:
+                for x in range(xt, xw):
+                    for c in range(slot):
                         t[to + x * lanes + c] = sflat[so + x * sp + c]
-        if paired:
-            _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w)
-        else:
-            _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, out_w)
-        for xt in range(0, out_w, 64):
-            xe = min(xt + 64, out_w)
-            xw = min(xe, out_w - 1) if slot > nc else xe
-            xv = xt
-            if slot == 4 and nr == 16:
-                while xv + 16 <= xe:
-                    if nc == 4:
-                        _transpose_4to4(dflat, y0 * out_row + xv * 4, out_row, res, xv * lanes, lanes)
-                    else:
-                        _transpose_4to3(dflat, y0 * out_row + xv * 3, out_row, res, xv * lanes, lanes)
-                    xv += 16
-                xw = max(xw, xv)
-            for r in range(nr):
-                do = (y0 + r) * out_row
-                if slot == 4:
-                    # The byte past each pixel is rewritten by the next one.
-                    for x in range(xv, xw):
-                        _copy4(dflat, do + x * nc, res, x * lanes + r * slot)
+            for x in range(max(xv, xw), xe):
+                for c in range(nc):
+                    t[to + x * lanes + c] = sflat[so + x * sp + c]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _drain_block(res, dflat, y0, nr, out_w, nc, slot, lanes):
+    """Transpose ``res[x * lanes + r * slot + c]`` back into output rows y0..y0+nr."""
+    out_row = out_w * nc
+    for xt in range(0, out_w, 64):
+        xe = min(xt + 64, out_w)
+        xw = min(xe, out_w - 1) if slot > nc else xe
+        xv = xt
+        if slot == 4 and nr == 16:
+            while xv + 16 <= xe:
+                if nc == 4:
+                    _transpose_4to4(dflat, y0 * out_row + xv * 4, out_row, res, xv * lanes, lanes)
                 else:
-                    for x in range(xt, xw):
-                        for c in range(nc):
-                            dflat[do + x * nc + c] = res[x * lanes + r * slot + c]
-                for x in range(max(xt, xw), xe):
+                    _transpose_4to3(dflat, y0 * out_row + xv * 3, out_row, res, xv * lanes, lanes)
+                xv += 16
+            xw = max(xw, xv)
+        for r in range(nr):
+            do = (y0 + r) * out_row
+            if slot == 4:
+                # The byte past each pixel is rewritten by the next one.
+                for x in range(xv, xw):
+                    _copy4(dflat, do + x * nc, res, x * lanes + r * slot)
+            else:
+                for x in range(xt, xw):
                     for c in range(nc):
                         dflat[do + x * nc + c] = res[x * lanes + r * slot + c]
+            for x in range(max(xt, xw), xe):
+                for c in range(nc):
+                    dflat[do + x * nc + c] = res[x * lanes + r * slot + c]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _convolve_block(t, bounds, kk, paired, khi, klo, pairs, xlo, xhi, acc, res, lanes):
+    if paired:
+        _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, bounds.shape[0])
+    else:
+        _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, bounds.shape[0])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
+    """Horizontal pass over flat C-contiguous images, in blocks of ``rb`` rows: ``nc``
+    channels out of source pixels ``sp`` bytes apart (4 for Pillow's own RGB layout).
+
+    A per-pixel dot product over taps does not vectorise. Transposing a block of rows into
+    ``t[x, r * slot + c]`` makes every tap a contiguous run of ``rb * slot`` samples that
+    share one coefficient: the vertical pass's problem. RGB gets 4-byte slots so a pixel
+    moves in and out as one 4-byte copy (the fourth lane is the next pixel's first byte:
+    computed, never stored). ``nc``/``sp``/``slot``/``rb`` are constants at each call site.
+    """
+    out_w = bounds.shape[0]
+    in_row = in_w * sp
+    out_h = dflat.size // (out_w * nc) if out_w else 0
+    if out_h == 0:
+        return
+    lanes = rb * slot
+    xlo, xhi = _span(bounds)
+    # A slot wider than a pixel reads one byte past the pixel: not for the row's last one.
+    xwide = min(xhi, in_w - 1) if slot > sp else xhi
+    # Lanes of rows past the image end are left uninitialised: they hold some uint8, their
+    # sums are computed and discarded.
+    # One spare column: a pair's second tap past the last one reads it (times 0).
+    t = np.empty((max(xhi - xlo, 1) + 1) * lanes, np.uint8)
+    res = np.empty(out_w * lanes, np.uint8)
+    acc = np.empty(lanes, np.int32)
+    paired, khi, klo, pairs = _tap_setup(bounds, kk, lanes)
+    for y0 in range(0, out_h, rb):
+        nr = min(rb, out_h - y0)
+        _fill_block(t, sflat, y0, nr, in_row, xlo, xhi, xwide, nc, sp, slot, lanes)
+        _convolve_block(t, bounds, kk, paired, khi, klo, pairs, xlo, xhi, acc, res, lanes)
+        _drain_block(res, dflat, y0, nr, out_w, nc, slot, lanes)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _horizontal_blocked_two(sflat, dflat_a, dflat_b, in_w, bounds_a, kk_a, bounds_b, kk_b, nc, sp, slot, rb):
+    """``_horizontal_blocked`` of the same source rows to two widths at once: each block
+    of rows is transposed once and read by both sets of taps."""
+    out_wa, out_wb = bounds_a.shape[0], bounds_b.shape[0]
+    in_row = in_w * sp
+    out_h = dflat_a.size // (out_wa * nc) if out_wa else 0
+    if out_h == 0:
+        return
+    lanes = rb * slot
+    xlo_a, xhi_a = _span(bounds_a)
+    xlo_b, xhi_b = _span(bounds_b)
+    xlo, xhi = min(xlo_a, xlo_b), max(xhi_a, xhi_b)
+    xwide = min(xhi, in_w - 1) if slot > sp else xhi
+    t = np.empty((max(xhi - xlo, 1) + 1) * lanes, np.uint8)
+    res_a = np.empty(out_wa * lanes, np.uint8)
+    res_b = np.empty(out_wb * lanes, np.uint8)
+    acc = np.empty(lanes, np.int32)
+    paired_a, khi_a, klo_a, pairs_a = _tap_setup(bounds_a, kk_a, lanes)
+    paired_b, khi_b, klo_b, pairs_b = _tap_setup(bounds_b, kk_b, lanes)
+    for y0 in range(0, out_h, rb):
+        nr = min(rb, out_h - y0)
+        _fill_block(t, sflat, y0, nr, in_row, xlo, xhi, xwide, nc, sp, slot, lanes)
+        _convolve_block(t, bounds_a, kk_a, paired_a, khi_a, klo_a, pairs_a, xlo, xhi, acc, res_a, lanes)
+        _drain_block(res_a, dflat_a, y0, nr, out_wa, nc, slot, lanes)
+        _convolve_block(t, bounds_b, kk_b, paired_b, khi_b, klo_b, pairs_b, xlo, xhi, acc, res_b, lanes)
+        _drain_block(res_b, dflat_b, y0, nr, out_wb, nc, slot, lanes)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -726,6 +788,32 @@ def horizontal_pass(src, dst, row0, bounds, kk):
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 4, 16)
     else:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 2, 2, 2, 32)
+
+
+@numba.njit(nogil=True, cache=True)
+def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b):
+    """``horizontal_pass`` into ``dst_a`` and ``dst_b`` (as many rows, the same channels)
+    from the same source rows, each block of them read once."""
+    wide_vectors()
+    out_h, out_wa, nc = dst_a.shape
+    if out_h == 0 or out_wa == 0 or dst_b.shape[1] == 0:
+        return
+    in_w = src.shape[1]
+    s = np.ascontiguousarray(src[row0:row0 + out_h])
+    sflat = s.reshape(s.size)
+    fa = dst_a.reshape(dst_a.size)
+    fb = dst_b.reshape(dst_b.size)
+    sp = src.shape[2]
+    if nc == 3 and sp == 4:
+        _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 4, 4, 16)
+    elif nc == 3:
+        _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 3, 4, 16)
+    elif nc == 1:
+        _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 1, 1, 1, 64)
+    elif nc == 4:
+        _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 4, 4, 4, 16)
+    else:
+        _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 2, 2, 2, 32)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -822,6 +910,65 @@ def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first):
         vertical_pass(img, tmp, bv, kv)
         horizontal_pass(tmp, out, np.int64(0), bh, kh)
     return out
+
+
+@numba.njit(nogil=True, cache=True)
+def separable_two(img, first, last, oh_a, ow_a, bh_a, kh_a, bv_a, kv_a, oh_b, ow_b, bh_b, kh_b, bv_b, kv_b, nc):
+    """``separable`` to two sizes at once, both horizontal first with both axes resized
+    and both reading source rows [first, last): the horizontal passes share each block of
+    those rows (``horizontal_pass_two``)."""
+    tmp_a = np.empty((last - first, ow_a, nc), np.uint8)
+    tmp_b = np.empty((last - first, ow_b, nc), np.uint8)
+    horizontal_pass_two(img, tmp_a, tmp_b, np.int64(first), bh_a, kh_a, bh_b, kh_b)
+    out_a = np.empty((oh_a, ow_a, nc), np.uint8)
+    out_b = np.empty((oh_b, ow_b, nc), np.uint8)
+    shifted = bv_a.copy()
+    for y in range(oh_a):
+        shifted[y, 0] -= first
+    vertical_pass(tmp_a, out_a, shifted, kv_a)
+    shifted = bv_b.copy()
+    for y in range(oh_b):
+        shifted[y, 0] -= first
+    vertical_pass(tmp_b, out_b, shifted, kv_b)
+    return out_a, out_b
+
+
+def rows_read(bounds: np.ndarray) -> tuple[int, int]:
+    """The source rows [first, last) an axis's coefficients read."""
+    return int(bounds[:, 0].min()), int((bounds[:, 0] + bounds[:, 1]).max())
+
+
+def resample_two(pixels: np.ndarray, size_a, size_b, coeffs_of, h_first_of) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both resizes of ``pixels`` (RGB or RGBX -> RGB) through ``separable_two`` when they
+    can share their horizontal pass (both horizontal first, both axes resized, the same
+    source rows read), else None. ``coeffs_of(in, out)`` gives an axis's coefficients,
+    ``h_first_of(in_h, in_w, out_h, out_w)`` the pass order."""
+    in_h, in_w = pixels.shape[:2]
+    (ha, wa), (hb, wb) = size_a, size_b
+    if in_h in (ha, hb) or in_w in (wa, wb) or not (h_first_of(in_h, in_w, ha, wa) and h_first_of(in_h, in_w, hb, wb)):
+        return None
+    bv_a, kv_a = coeffs_of(in_h, ha)
+    bv_b, kv_b = coeffs_of(in_h, hb)
+    rows = rows_read(bv_a)
+    if rows != rows_read(bv_b):
+        return None
+    bh_a, kh_a = coeffs_of(in_w, wa)
+    bh_b, kh_b = coeffs_of(in_w, wb)
+    return separable_two(np.ascontiguousarray(pixels), *rows, ha, wa, bh_a, kh_a, bv_a, kv_a, hb, wb, bh_b, kh_b,
+                         bv_b, kv_b, 3)
+
+
+def resize_rgb_two(pixels: np.ndarray, size_a, size_b, filter: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(resize_rgb(pixels, *size_a, filter), resize_rgb(pixels, *size_b, filter))``, the
+    source read once by both horizontal passes where their rows coincide (a model's tiles
+    and its thumbnail from one image)."""
+    pixels = rgb_or_rgbx(pixels, "resize_rgb_two")
+    (ha, wa), (hb, wb) = (_checked_target(filter, *size_a)[1:], _checked_target(filter, *size_b)[1:])
+    if filter != NEAREST:
+        both = resample_two(pixels, (ha, wa), (hb, wb), lambda i, o: _cached_coeffs(i, o, filter), horizontal_first)
+        if both is not None:
+            return both
+    return resize_rgb(pixels, ha, wa, filter), resize_rgb(pixels, hb, wb, filter)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -958,3 +1105,5 @@ def warmup() -> None:
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     bounds, kk = coeffs(5, 3, BICUBIC)
     resample_vertical(a[:, :6], np.empty((3, 6, 3), np.uint8), bounds, kk)
+    for c in (3, 4):
+        resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), BICUBIC)

@@ -210,6 +210,19 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
     return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
 
 
+def resize_rgb_two(pixels: np.ndarray, size_a, size_b, mode: str = "bicubic") -> tuple[np.ndarray, np.ndarray]:
+    """``(resize_rgb(pixels, *size_a, mode), resize_rgb(pixels, *size_b, mode))``, the
+    source read once by both horizontal passes where their rows coincide."""
+    pixels = rgb_or_rgbx(pixels, "resize_rgb_two")
+    if mode != "nearest-exact":
+        kind = _check(pixels.shape[1], _out_size(*size_a)[1], mode)
+        both = resample_pil.resample_two(pixels, _out_size(*size_a), _out_size(*size_b),
+                                         lambda i, o: _cached(i, o, kind)[::3], lambda *_: True)
+        if both is not None:
+            return both
+    return resize_rgb(pixels, *size_a, mode), resize_rgb(pixels, *size_b, mode)
+
+
 # -- nearest-exact (uint8) ------------------------------------------------------------------
 
 
@@ -259,3 +272,5 @@ def warmup() -> None:
             resize_aa_u8(a, 9, 7, mode)
             resize_aa_u8(a, 5, 2, mode)
         resize_nearest_exact_u8(a, 3, 9)
+    for c in (3, 4):
+        resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), "bilinear")

@@ -271,11 +271,17 @@ class Llama4(Family[Tiles]):
         tile = self.config.tile
         rows, cols = plan.geometry
         n = rows * cols
-        resized = self._resize(image, *plan.resized_size)
+        size = plan.resized_size
+        if n > 1 and (image.height, image.width) not in (size, (tile, tile)):
+            # the tiles' and the global tile's resizes share their horizontal pass's reads
+            resized, small = resample_tv.resize_rgb_two(image.pixels, size, (tile, tile), self._mode)
+        else:
+            resized = self._resize(image, *size)
+            small = self._resize(image, tile, tile) if n > 1 else None
         # the canvas is the resized image padded right/bottom with 0: read, never built
         window.tiles_chw(resized, 0, 0, rows, cols, self._lut, out[:n], fill=0)
-        if n > 1:
-            chw.normalize_chw(self._resize(image, tile, tile), self._lut, out[n])
+        if small is not None:
+            chw.normalize_chw(small, self._lut, out[n])
         return {
             "aspect_ratios": np.array([[rows, cols]], dtype=np.int64),
             "patches_per_image": np.array([out.shape[0]], dtype=np.int64),

@@ -158,8 +158,11 @@ class LlavaNext(Family[tuple[int, int]]):
         f = c.image.resample
         best_h, best_w = plan.geometry
         nh, nw = plan.resized_size
-        chw.normalize_chw(_resize(image, tile, tile, f), self._lut, out[0])
-        resized = _resize(image, nh, nw, f)
+        if (image.height, image.width) in ((tile, tile), (nh, nw)):
+            base, resized = _resize(image, tile, tile, f), _resize(image, nh, nw, f)
+        else:  # the source's rows read once for both horizontal passes where Pillow's passes allow
+            base, resized = resample_pil.resize_rgb_two(image.pixels, (tile, tile), (nh, nw), f)
+        chw.normalize_chw(base, self._lut, out[0])
         window.tiles_chw(resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile,
                          self._lut, out[1:], fill=0)
         return {"image_sizes": np.array([[image.height, image.width]], dtype=np.int64)}

@@ -446,3 +446,21 @@ def test_resize_rgb_rejects_other_layouts():
     for bad in (np.zeros((4, 4, 2), np.uint8), np.zeros((4, 4), np.uint8), np.zeros((4, 4, 4), np.float32)):
         with pytest.raises(ValueError, match="RGBX"):
             rp.resize_rgb(bad, 2, 2, rp.BICUBIC)
+
+
+@pytest.mark.parametrize("c", [3, 4])
+def test_two_sizes_from_one_read_equal_two_resizes(c):
+    """Two sizes whose horizontal passes read the same source rows share them; any pair
+    (one axis kept, vertical first, other rows) falls back to two resizes: Pillow's
+    results either way, for RGB and RGBX."""
+    rng = np.random.default_rng(23 + c)
+    for ih, iw, size_a, size_b in [(300, 400, (336, 336), (252, 336)), (480, 640, (336, 336), (504, 672)),
+                                   (90, 300, (90, 40), (30, 120)), (400, 90, (40, 60), (100, 90)),
+                                   (500, 700, (60, 650), (480, 20)), (33, 45, (7, 9), (70, 90))]:
+        rgb = rng.integers(0, 256, (ih, iw, 3), dtype=np.uint8)
+        px = rgb if c == 3 else _rgbx(rgb, 77)
+        for f in CONV_FILTERS + [rp.NEAREST]:
+            got = rp.resize_rgb_two(px, size_a, size_b, f)
+            for size, image in zip((size_a, size_b), got):
+                want = np.asarray(Image.fromarray(rgb).resize(size[::-1], f, reducing_gap=None))
+                assert np.array_equal(image, want), (ih, iw, size, NAMES[f])

@@ -164,3 +164,19 @@ def test_resize_rgb_reads_rgbx_like_packed_rgb(mode):
             rgbx[:, :, :3] = rgb
             got = resample_tv.resize_rgb(rgbx, oh, ow, mode)
             assert got.shape == (oh, ow, 3) and np.array_equal(got, want), (ih, iw, oh, ow, pad)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "lanczos", "nearest-exact"])
+def test_two_sizes_from_one_read_equal_two_resizes(mode):
+    """A model's tiles and its thumbnail from one image: the shared horizontal pass gives
+    what two ``resize_rgb`` calls give, RGB and RGBX, shared or not."""
+    rng = np.random.default_rng(8)
+    for ih, iw, size_a, size_b in [(300, 400, (336, 672), (336, 336)), (768, 1024, (1008, 1344), (336, 336)),
+                                   (50, 70, (50, 30), (20, 20)), (31, 200, (90, 150), (5, 7))]:
+        rgb = rng.integers(0, 256, (ih, iw, 3), dtype=np.uint8)
+        rgbx = np.full((ih, iw, 4), 9, np.uint8)
+        rgbx[:, :, :3] = rgb
+        want = [resample_tv.resize_rgb(rgb, *size, mode) for size in (size_a, size_b)]
+        for px in (rgb, rgbx):
+            got = resample_tv.resize_rgb_two(px, size_a, size_b, mode)
+            assert all(np.array_equal(g, w) for g, w in zip(got, want)), (ih, iw, size_a, size_b, mode)
