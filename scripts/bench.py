@@ -412,15 +412,11 @@ def _pass_stages(px, out_h, out_w, bh, kh, bv, kv, h_first: bool, label: str):
     """The passes ``resample_pil.separable`` runs for an RGB result, each as (name, fn),
     and the result: the same kernels on the same intermediate shapes."""
     from sglang_mm_grpc.kernels import resample_pil
-    from sglang_mm_grpc.kernels.pixels import pack_into
 
     in_h, in_w, sp = px.shape
     out = np.empty((out_h, out_w, 3), np.uint8)
     h_name, v_name = f"{label}resize h {in_w}->{out_w}", f"{label}resize v {in_h}->{out_h}"
-    if (out_h, out_w) == (in_h, in_w):
-        steps = [(f"{label}RGBX -> RGB", lambda: pack_into(px, out))] if sp != 3 else \
-            [(f"{label}copy", lambda: out.__setitem__(Ellipsis, px))]
-    elif out_w == in_w:
+    if out_w == in_w:
         steps = [(v_name, lambda: resample_pil.vertical_pass(px, out, bv, kv))]
     elif out_h == in_h:
         steps = [(h_name, lambda: resample_pil.horizontal_pass(px, out, np.int64(0), bh, kh))]
@@ -440,10 +436,13 @@ def _pass_stages(px, out_h, out_w, bh, kh, bv, kv, h_first: bool, label: str):
 
 def _resize_stages(px, out_h, out_w, resample: int, torchvision: bool, label: str = ""):
     """(stages, result) of the family's resize: Pillow's (its pass order) or torch's
-    (horizontal first, its weights), checked equal to the kernel entry's own result."""
+    (horizontal first, its weights), checked equal to the kernel entry's own result; an
+    image already of that size is read as it is (no stage)."""
     from sglang_mm_grpc.kernels import resample_pil, resample_tv
 
     in_h, in_w = px.shape[:2]
+    if (in_h, in_w) == (out_h, out_w):
+        return [], px
     none = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
     if torchvision:
         mode = resample_tv.PIL_FILTER_MODES[resample] if isinstance(resample, int) else resample
@@ -463,6 +462,51 @@ def _resize_stages(px, out_h, out_w, resample: int, torchvision: bool, label: st
     return steps, out
 
 
+def _two_stages(px, size_a, size_b, resample, torchvision: bool, labels):
+    """(stages, (result_a, result_b)) of ``resize_rgb_two``: when the two resizes share
+    their horizontal pass, that shared pass then each vertical pass; else two resizes."""
+    from sglang_mm_grpc.kernels import resample_pil, resample_tv
+
+    in_h, in_w = px.shape[:2]
+    if torchvision:
+        mode = resample
+        if mode in resample_tv.MODES:
+            kind = resample_tv._KIND[mode]
+            coeffs_of, h_first_of = (lambda i, o: resample_tv._cached(i, o, kind)[::3]), (lambda *_: True)
+        else:
+            coeffs_of = None
+    else:
+        coeffs_of = (lambda i, o: resample_pil._cached_coeffs(i, o, resample)) if resample != resample_pil.NEAREST \
+            else None
+        h_first_of = resample_pil.horizontal_first
+    (ha, wa), (hb, wb) = size_a, size_b
+    shared = coeffs_of is not None and in_h not in (ha, hb) and in_w not in (wa, wb) and \
+        h_first_of(in_h, in_w, ha, wa) and h_first_of(in_h, in_w, hb, wb) and \
+        resample_pil.rows_read(coeffs_of(in_h, ha)[0]) == resample_pil.rows_read(coeffs_of(in_h, hb)[0])
+    if not shared:
+        steps_a, out_a = _resize_stages(px, ha, wa, resample, torchvision, labels[0])
+        steps_b, out_b = _resize_stages(px, hb, wb, resample, torchvision, labels[1])
+        return steps_a + steps_b, (out_a, out_b)
+    (bv_a, kv_a), (bv_b, kv_b) = coeffs_of(in_h, ha), coeffs_of(in_h, hb)
+    (bh_a, kh_a), (bh_b, kh_b) = coeffs_of(in_w, wa), coeffs_of(in_w, wb)
+    first, last = resample_pil.rows_read(bv_a)
+    tmp_a, tmp_b = np.empty((last - first, wa, 3), np.uint8), np.empty((last - first, wb, 3), np.uint8)
+    out_a, out_b = np.empty((ha, wa, 3), np.uint8), np.empty((hb, wb, 3), np.uint8)
+    sa, sb = bv_a.copy(), bv_b.copy()
+    sa[:, 0] -= first
+    sb[:, 0] -= first
+    steps = [(f"shared resize h {in_w}->{wa} ({labels[0][:-2]}), {wb} ({labels[1][:-2]})",
+              lambda: resample_pil.horizontal_pass_two(px, tmp_a, tmp_b, np.int64(first), bh_a, kh_a, bh_b, kh_b)),
+             (f"{labels[0]}resize v {in_h}->{ha}", lambda: resample_pil.vertical_pass(tmp_a, out_a, sa, kv_a)),
+             (f"{labels[1]}resize v {in_h}->{hb}", lambda: resample_pil.vertical_pass(tmp_b, out_b, sb, kv_b))]
+    for _, step in steps:
+        step()
+    want = (resample_tv.resize_rgb_two if torchvision else resample_pil.resize_rgb_two)(px, size_a, size_b, resample)
+    if not (np.array_equal(out_a, want[0]) and np.array_equal(out_b, want[1])):
+        raise AssertionError("staged shared resize differs from the kernel's")
+    return steps, (out_a, out_b)
+
+
 def _family_stages(family, img, plan, out) -> list:
     """process_item split into its kernels, as (name, fn), for the families the in-process
     section benchmarks; any other family is one stage."""
@@ -478,9 +522,9 @@ def _family_stages(family, img, plan, out) -> list:
     if family.name == "llava_next":
         c = family.config
         tile, (best_h, best_w), (nh, nw) = c.tile, plan.geometry, plan.resized_size
-        base_steps, base = _resize_stages(px, tile, tile, c.image.resample, False, "base tile: ")
-        main_steps, resized = _resize_stages(px, nh, nw, c.image.resample, False, "tiles: ")
-        return base_steps + main_steps + [
+        steps, (base, resized) = _two_stages(px, (tile, tile), (nh, nw), c.image.resample, False,
+                                             ("base tile: ", "tiles: "))
+        return steps + [
             ("normalize base tile (+ write)", lambda: chw.normalize_chw(base, family._lut, out[0])),
             ("normalize + cut tiles (+ write)", lambda: window.tiles_chw(
                 resized, (best_h - nh) // 2, (best_w - nw) // 2, best_h // tile, best_w // tile, family._lut,
@@ -488,13 +532,15 @@ def _family_stages(family, img, plan, out) -> list:
     if family.name == "llama4":
         tile, (rows, cols) = family.config.tile, plan.geometry
         n = rows * cols
-        steps, resized = _resize_stages(px, *plan.resized_size, family._mode, True, "tiles: ")
+        if n > 1:
+            steps, (resized, small) = _two_stages(px, plan.resized_size, (tile, tile), family._mode, True,
+                                                  ("tiles: ", "global tile: "))
+        else:
+            steps, resized = _resize_stages(px, *plan.resized_size, family._mode, True, "tiles: ")
         steps.append(("normalize + cut tiles (+ write)", lambda: window.tiles_chw(
             resized, 0, 0, rows, cols, family._lut, out[:n], fill=0)))
         if n > 1:
-            global_steps, small = _resize_stages(px, tile, tile, family._mode, True, "global tile: ")
-            steps += global_steps + [("normalize global tile (+ write)",
-                                      lambda: chw.normalize_chw(small, family._lut, out[n]))]
+            steps.append(("normalize global tile (+ write)", lambda: chw.normalize_chw(small, family._lut, out[n])))
         return steps
     return [("process_item", lambda: family.process_item(img, plan, out))]
 
