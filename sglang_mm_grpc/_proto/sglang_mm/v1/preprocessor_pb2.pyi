@@ -99,22 +99,40 @@ class ImageOptions(_message.Message):
     detail: Detail
     def __init__(self, min_pixels: _Optional[int] = ..., max_pixels: _Optional[int] = ..., max_tokens: _Optional[int] = ..., detail: _Optional[_Union[Detail, str]] = ...) -> None: ...
 
+class VideoOptions(_message.Message):
+    __slots__ = ("fps", "num_frames", "min_frames", "max_frames", "min_pixels", "max_pixels", "max_tokens")
+    FPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MIN_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    MIN_PIXELS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PIXELS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    fps: float
+    num_frames: int
+    min_frames: int
+    max_frames: int
+    min_pixels: int
+    max_pixels: int
+    max_tokens: int
+    def __init__(self, fps: _Optional[float] = ..., num_frames: _Optional[int] = ..., min_frames: _Optional[int] = ..., max_frames: _Optional[int] = ..., min_pixels: _Optional[int] = ..., max_pixels: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
 class MediaItem(_message.Message):
-    __slots__ = ("url", "data", "media_id", "options", "bind_id")
+    __slots__ = ("url", "media_id", "options", "bind_id", "video_options")
     URL_FIELD_NUMBER: _ClassVar[int]
-    DATA_FIELD_NUMBER: _ClassVar[int]
     MEDIA_ID_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     BIND_ID_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     url: str
-    data: bytes
     media_id: str
     options: ImageOptions
     bind_id: str
-    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ...) -> None: ...
+    video_options: VideoOptions
+    def __init__(self, url: _Optional[str] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
-    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options")
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options", "videos", "video_options")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +142,8 @@ class PreprocessRequest(_message.Message):
     MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -133,7 +153,9 @@ class PreprocessRequest(_message.Message):
     max_image_tokens: int
     payload_options: PayloadOptions
     image_options: ImageOptions
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ..., image_options: _Optional[_Union[ImageOptions, _Mapping]] = ...) -> None: ...
+    videos: _containers.RepeatedCompositeFieldContainer[MediaItem]
+    video_options: VideoOptions
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ..., image_options: _Optional[_Union[ImageOptions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
     __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached", "options", "grid")
@@ -163,6 +185,46 @@ class ImageInfo(_message.Message):
     grid: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., grid: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class VideoInfo(_message.Message):
+    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached", "options", "grid", "fps", "total_frames", "duration_s", "frame_indices", "timestamps_s", "second_per_grid")
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURAL_RANGE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_RANGES_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    RESIZED_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    RESIZED_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    FPS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    FRAME_INDICES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_S_FIELD_NUMBER: _ClassVar[int]
+    SECOND_PER_GRID_FIELD_NUMBER: _ClassVar[int]
+    hash: str
+    token_count: int
+    structural_range: PlaceholderRange
+    patch_ranges: _containers.RepeatedCompositeFieldContainer[PlaceholderRange]
+    height: int
+    width: int
+    resized_height: int
+    resized_width: int
+    encoded_bytes: int
+    cached: bool
+    options: VideoOptions
+    grid: _containers.RepeatedScalarFieldContainer[int]
+    fps: float
+    total_frames: int
+    duration_s: float
+    frame_indices: _containers.RepeatedScalarFieldContainer[int]
+    timestamps_s: _containers.RepeatedScalarFieldContainer[float]
+    second_per_grid: float
+    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., height: _Optional[int] = ..., width: _Optional[int] = ..., resized_height: _Optional[int] = ..., resized_width: _Optional[int] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ..., options: _Optional[_Union[VideoOptions, _Mapping]] = ..., grid: _Optional[_Iterable[int]] = ..., fps: _Optional[float] = ..., total_frames: _Optional[int] = ..., duration_s: _Optional[float] = ..., frame_indices: _Optional[_Iterable[int]] = ..., timestamps_s: _Optional[_Iterable[float]] = ..., second_per_grid: _Optional[float] = ...) -> None: ...
+
 class MropePositions(_message.Message):
     __slots__ = ("positions", "delta")
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -188,7 +250,7 @@ class StageTimings(_message.Message):
     def __init__(self, fetch_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., process_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., layout_ms: _Optional[float] = ..., assemble_ms: _Optional[float] = ...) -> None: ...
 
 class PreprocessResponse(_message.Message):
-    __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id")
+    __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id", "videos", "video_token_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +259,8 @@ class PreprocessResponse(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
@@ -205,37 +269,45 @@ class PreprocessResponse(_message.Message):
     payload: BackendPayload
     timings: StageTimings
     image_token_id: int
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ...) -> None: ...
+    videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
+    video_token_id: int
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
 
 class BackendPayload(_message.Message):
-    __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm", "tokenspeed")
+    __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm", "tokenspeed", "vllm_extra")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     SGLANG_FIELD_NUMBER: _ClassVar[int]
     VLLM_FIELD_NUMBER: _ClassVar[int]
     TRTLLM_FIELD_NUMBER: _ClassVar[int]
     TOKENSPEED_FIELD_NUMBER: _ClassVar[int]
+    VLLM_EXTRA_FIELD_NUMBER: _ClassVar[int]
     backend: Backend
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     sglang: _sglang_scheduler_pb2.MultimodalInputs
     vllm: _vllm_engine_pb2.MultimodalInputs
     trtllm: _trtllm_service_pb2.MultimodalInput
     tokenspeed: _tokenspeed_scheduler_pb2.MultimodalInputs
-    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ...) -> None: ...
+    vllm_extra: _containers.RepeatedCompositeFieldContainer[_vllm_engine_pb2.MultimodalInputs]
+    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm_extra: _Optional[_Iterable[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings")
+    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings", "videos", "video_token_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_LENGTH_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
     input_ids_length: int
     image_token_id: int
     timings: StageTimings
-    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ...) -> None: ...
+    videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
+    video_token_id: int
+    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
 
 class AssembleRequest(_message.Message):
     __slots__ = ("handle", "backend", "release", "payload_options")
@@ -268,7 +340,7 @@ class ReleaseResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ...) -> None: ...
 
 class MultimodalIntermediate(_message.Message):
-    __slots__ = ("model", "input_ids", "original_input_ids", "images", "pixel_values", "tensors", "image_data", "image_token_id", "batched_keys", "flat_keys", "mrope")
+    __slots__ = ("model", "input_ids", "original_input_ids", "images", "pixel_values", "tensors", "image_data", "image_token_id", "batched_keys", "flat_keys", "mrope", "videos", "pixel_values_videos", "video_tensors", "video_data", "video_token_id")
     class TensorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +355,13 @@ class MultimodalIntermediate(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class VideoTensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TensorData
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorData, _Mapping]] = ...) -> None: ...
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +373,11 @@ class MultimodalIntermediate(_message.Message):
     BATCHED_KEYS_FIELD_NUMBER: _ClassVar[int]
     FLAT_KEYS_FIELD_NUMBER: _ClassVar[int]
     MROPE_FIELD_NUMBER: _ClassVar[int]
+    VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    PIXEL_VALUES_VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_DATA_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     original_input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -305,14 +389,19 @@ class MultimodalIntermediate(_message.Message):
     batched_keys: _containers.RepeatedScalarFieldContainer[str]
     flat_keys: _containers.ScalarMap[str, str]
     mrope: MropePositions
-    def __init__(self, model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., original_input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., pixel_values: _Optional[_Union[TensorData, _Mapping]] = ..., tensors: _Optional[_Mapping[str, TensorData]] = ..., image_data: _Optional[_Iterable[bytes]] = ..., image_token_id: _Optional[int] = ..., batched_keys: _Optional[_Iterable[str]] = ..., flat_keys: _Optional[_Mapping[str, str]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ...) -> None: ...
+    videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
+    pixel_values_videos: TensorData
+    video_tensors: _containers.MessageMap[str, TensorData]
+    video_data: _containers.RepeatedScalarFieldContainer[bytes]
+    video_token_id: int
+    def __init__(self, model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., original_input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., pixel_values: _Optional[_Union[TensorData, _Mapping]] = ..., tensors: _Optional[_Mapping[str, TensorData]] = ..., image_data: _Optional[_Iterable[bytes]] = ..., image_token_id: _Optional[int] = ..., batched_keys: _Optional[_Iterable[str]] = ..., flat_keys: _Optional[_Mapping[str, str]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., pixel_values_videos: _Optional[_Union[TensorData, _Mapping]] = ..., video_tensors: _Optional[_Mapping[str, TensorData]] = ..., video_data: _Optional[_Iterable[bytes]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id", "max_image_tokens")
+    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id", "max_image_tokens", "video_token_id")
     class TokenIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +420,7 @@ class ModelInfo(_message.Message):
     MAX_IMAGES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     source: str
@@ -342,7 +432,8 @@ class ModelInfo(_message.Message):
     max_images_per_request: int
     placeholder_token_id: int
     max_image_tokens: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ..., max_image_tokens: _Optional[int] = ...) -> None: ...
+    video_token_id: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ..., max_image_tokens: _Optional[int] = ..., video_token_id: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

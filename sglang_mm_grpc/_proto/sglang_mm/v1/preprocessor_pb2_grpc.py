@@ -75,7 +75,7 @@ class MultimodalPreprocessorServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Preprocess(self, request, context):
-        """Fetch, hash, decode and preprocess every image; expand the placeholders.
+        """Fetch, hash, decode and preprocess every image and video; expand the placeholders.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
