@@ -22,15 +22,17 @@ class Code(str, enum.Enum):
 class PreprocessError(Exception):
     """A request-rejecting failure. ``code`` maps 1:1 onto a gRPC status.
 
-    ``item`` is the index of the image the failure belongs to (None for request-level
-    failures); it is already part of ``message`` so the text alone is useful.
+    ``item`` is the index of the image (or, with ``kind="video"``, the video) the failure
+    belongs to (None for request-level failures); it is already part of ``message`` so
+    the text alone is useful.
     """
 
-    def __init__(self, code: Code | str, message: str, *, item: int | None = None):
+    def __init__(self, code: Code | str, message: str, *, item: int | None = None, kind: str = "image"):
         self.code = Code(code)
         self.item = item
+        self.kind = kind  # what ``item`` counts: "image" or "video"
         self.detail = message  # the cause, without the "image N: " prefix
-        self.message = f"image {item}: {message}" if item is not None else message
+        self.message = f"{kind} {item}: {message}" if item is not None else message
         super().__init__(self.message)
 
     def __repr__(self) -> str:
