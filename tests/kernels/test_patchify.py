@@ -145,6 +145,19 @@ def test_resampled_patchify_equals_resize_then_patchify(shape, target, mode):
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("group_bytes", [0, 1 << 40])
+def test_vertical_first_by_groups_or_pass_by_pass(monkeypatch, group_bytes):
+    """A resize Pillow runs vertical first gives the same patches band group by band group
+    and pass by pass over the whole image (``VFIRST_GROUP_BYTES`` picks one)."""
+    monkeypatch.setattr(patchify, "VFIRST_GROUP_BYTES", group_bytes)
+    lut = normalize.pil_backend_lut(*CLIP)
+    for (h, w), (oh, ow), f in [((600, 200), (224, 196), 3), ((300, 90), (112, 84), 1), ((130, 61), (56, 56), 2)]:
+        rgb = imagegen.pixels(h, w, seed=h)
+        assert not patchify.resample_pil.horizontal_first(h, w, oh, ow)
+        want = unfused(rgb, oh, ow, f, *CLIP, 14, 2, 2)
+        assert np.array_equal(patchify.resize_normalize_patchify(rgb, oh, ow, f, lut, 14, 2, 2), want)
+
+
 @pytest.mark.parametrize("offset", range(0, 16))
 def test_streamed_output_equals_the_stored_one(monkeypatch, offset):
     """A large output is assembled a merge block at a time and written with streaming
