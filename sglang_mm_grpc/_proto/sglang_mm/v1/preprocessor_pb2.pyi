@@ -118,18 +118,20 @@ class VideoOptions(_message.Message):
     def __init__(self, fps: _Optional[float] = ..., num_frames: _Optional[int] = ..., min_frames: _Optional[int] = ..., max_frames: _Optional[int] = ..., min_pixels: _Optional[int] = ..., max_pixels: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class MediaItem(_message.Message):
-    __slots__ = ("url", "media_id", "options", "bind_id", "video_options")
+    __slots__ = ("url", "data", "media_id", "options", "bind_id", "video_options")
     URL_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     MEDIA_ID_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     BIND_ID_FIELD_NUMBER: _ClassVar[int]
     VIDEO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     url: str
+    data: bytes
     media_id: str
     options: ImageOptions
     bind_id: str
     video_options: VideoOptions
-    def __init__(self, url: _Optional[str] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
+    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
     __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options", "videos", "video_options")
