@@ -23,6 +23,23 @@ evidence for every rule below):
   model-specific tensors, its patch ranges, ``placeholder_token_id`` and
   ``content_hash`` = blake3 of the image's hex blake3 (the gateway's ``hash_hex_strings``).
 
+Videos (``out.videos``, docs/VIDEO.md), per backend as its servicer reads them:
+
+* vLLM: a batch with ``modality=VIDEO`` (the servicer registers its ``pixel_values`` as
+  ``pixel_values_videos``), the video tensors (``video_grid_thw``, ``patches_per_video``,
+  Qwen2.5-VL's ``second_per_grid_ts``) laid out by the family's ``video_field_layout``,
+  the videos' structural ranges, ``im_token_id`` = the video token (its is_embed mask).
+  One batch per modality: videos alone go in ``vllm`` (``mm_inputs``); with images, the
+  image batch stays in ``vllm`` and the video batch goes to ``vllm_extra``
+  (``GenerateRequest.extra_mm_inputs``, read by ``mm_keys.mm_batches``).
+* TokenSpeed: one item per video (``modality=VIDEO``, its rows of the tensors, its patch
+  runs, ``placeholder_token_id`` = the video token), items in prompt order.
+* SGLang and TensorRT-LLM: refused (FAILED_PRECONDITION): their servicers take images only.
+
+A video's item hash (vLLM ``mm_hashes``, TokenSpeed ``content_hash``) is ``video_item_hash``:
+blake3 over its bytes' hash, the sampled frame indices and the resized size, since one
+file sampled at another fps is another encoder input (vLLM keys its encoder cache by it).
+
 Large tensors are not copied into the message: ``assemble`` returns the payload without
 them and a *tail* (``wire.Hole`` parts: the array, its wire dtype) that the serializer
 writes after the message, converting while it copies (``wire.encode``); or, over shared
@@ -33,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import blake3
 import numpy as np
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import sglang_scheduler_pb2 as sglang_pb
@@ -144,6 +162,7 @@ def assemble(
     options: WireOptions | None = None,
     arena: ShmArena | None = None,
     staged: Segment | None = None,
+    video_field_layout=None,
 ) -> Assembled:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
@@ -152,12 +171,14 @@ def assemble(
     ``arena``: where SHM segments come from (``options.shm``); ``staged``: a segment
     that already holds ``out.pixel_values`` as float32 (kept by Preprocess), handed out
     instead of a copy when the payload needs exactly that.
-    Refusals: FAILED_PRECONDITION for an option or model the backend's consumer cannot
-    take (the message says why and what works)."""
+    ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
+    Refusals: FAILED_PRECONDITION for an option, model or modality the backend's consumer
+    cannot take (the message says why and what works)."""
     b = parse_backend(backend)
     name = BACKEND_NAMES[b]
     options = options or WireOptions()
     dtype = check_options(b, options)
+    check_videos(b, len(videos_of(out)))
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b
     res = Assembled(msg)
@@ -168,10 +189,13 @@ def assemble(
             sglang_inputs(out, msg.sglang, place)
         elif name == "vllm":
             msg.input_ids.extend(token_ids(out.input_ids))
-            vllm_inputs(out, field_layout, msg.vllm, place, dtype)
+            if out.images:
+                vllm_inputs(out, field_layout, msg.vllm, place, dtype)
+            if videos_of(out):
+                vllm_video_batch(out, video_field_layout, msg, place, dtype, extra=bool(out.images))
         elif name == "tokenspeed":
             msg.input_ids.extend(token_ids(out.input_ids))
-            tokenspeed_inputs(out, field_layout, msg.tokenspeed, place, dtype)
+            tokenspeed_inputs(out, field_layout, msg.tokenspeed, place, dtype, video_field_layout)
         else:
             msg.input_ids.extend(token_ids(out.original_input_ids))
             trtllm_input(out, msg.trtllm)
@@ -200,6 +224,47 @@ def check_options(backend, options: WireOptions) -> str:
             f"ask for TENSOR_TRANSPORT_INLINE or AUTO, or use vLLM or TokenSpeed",
         )
     return dtype
+
+
+#: Why a backend cannot take videos: what its servicer reads.
+_NO_VIDEO = {
+    "sglang": (
+        "SGLang's gRPC servicer takes images only: smg_grpc_servicer/sglang/servicer.py `_parse_mm_inputs` "
+        "turns every payload into one MultimodalDataItem with modality=IMAGE from pixel_values and never "
+        "reads video_data, video_urls or modalities, so a video's tensors would reach the image encoder "
+        "(the gateway routes no video to SGLang either: model_gateway/src/routers/grpc/multimodal/capability.rs)"
+    ),
+    "trtllm": (
+        "TensorRT-LLM's gRPC servicer takes images only: trtllm_service.proto's MultimodalInput carries only "
+        "image_data, and tensorrt_llm/grpc/smg/servicer.py passes multi_modal_data={'image': ...} to the engine"
+    ),
+}
+
+
+def check_videos(backend, videos: int) -> None:
+    """FAILED_PRECONDITION when the request has videos and ``backend``'s consumer takes
+    none (checked before any work by the servicer, and again when assembling)."""
+    name = BACKEND_NAMES[parse_backend(backend)]
+    if videos and name in _NO_VIDEO:
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{_LABEL[name]} cannot take this request's {videos} video(s): {_NO_VIDEO[name]}. "
+            "Use the vLLM or TokenSpeed backend for videos, or send the images without the videos",
+        )
+
+
+def videos_of(out) -> list:
+    """``out.videos`` (empty for an output without videos)."""
+    return list(getattr(out, "videos", None) or ())
+
+
+def video_item_hash(video) -> str:
+    """The hex id a backend caches a video's encoder output under: blake3 over its bytes'
+    hash, the sampled frame indices and the resized size (what decides its pixels for one
+    model), so the same file sampled another way is another item."""
+    frames = ",".join(str(int(i)) for i in video.frame_indices)
+    key = f"video:{video.hash}:frames={frames}:size={video.resized_height}x{video.resized_width}"
+    return blake3.blake3(key.encode("ascii")).hexdigest()
 
 
 def _pixel_dtype(backend: str, options: WireOptions) -> str:
@@ -350,6 +415,61 @@ def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInp
 
 
 _VLLM_PIXELS = wire.field_path(pb.BackendPayload, ("vllm", "pixel_values", "inline"))
+_VLLM_EXTRA = pb.BackendPayload.DESCRIPTOR.fields_by_name["vllm_extra"].number
+_BATCH_PIXELS = wire.field_path(vllm_pb.MultimodalInputs, ("pixel_values", "inline"))
+
+
+def vllm_video_batch(out, field_layout, msg: pb.BackendPayload, place: _Placer, dtype: str, *, extra: bool) -> None:
+    """The videos' batch: in ``msg.vllm`` (videos alone), or with images as one
+    ``vllm_extra`` entry, which travels whole in the tail (a repeated field's occurrences
+    do not merge), its pixel tensor appended inside it."""
+    if field_layout is None:
+        raise PreprocessError(Code.INTERNAL, "this model declares no vLLM layout for its video tensors")
+    if not extra:
+        vllm_video_inputs(out, field_layout, msg.vllm, place, dtype, _VLLM_PIXELS)
+        return
+    batch = vllm_pb.MultimodalInputs()
+    sub = _Tail()
+    place.res.tail, saved = sub.parts, place.res.tail
+    try:
+        vllm_video_inputs(out, field_layout, batch, place, dtype, _BATCH_PIXELS)
+    finally:
+        place.res.tail = saved
+    place.res.tail.append(wire.field(_VLLM_EXTRA, [batch.SerializeToString(), *sub.parts]))
+
+
+def vllm_video_inputs(out, field_layout, msg: vllm_pb.MultimodalInputs, place: _Placer, dtype: str,
+                      path: tuple[int, ...]) -> None:
+    """One vLLM batch of every video: ``modality=VIDEO``, the pixels in ``pixel_values``
+    (the servicer registers them as ``pixel_values_videos``; the layout keys name them
+    ``pixel_values``, as the gateway does), the video tensors as the family lays them out."""
+    videos = videos_of(out)
+    pixels_key = "pixel_values_videos"
+
+    def wire_key(k: str) -> str:
+        return "pixel_values" if k == pixels_key else k
+
+    video_tensors = dict(out.video_tensors)
+    msg.modality = common_pb2.VIDEO
+    msg.mm_hashes.extend(video_item_hash(v) for v in videos)
+    place.large(msg.pixel_values, path, out.pixel_values_videos, dtype)
+    for name, arr in video_tensors.items():
+        place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
+    present = {pixels_key, *video_tensors}
+    msg.batched_keys.extend(wire_key(k) for k in field_layout.batched if k in present)
+    for k, sizes_key in field_layout.flat.items():
+        if k not in present:
+            continue
+        if sizes_key not in video_tensors:
+            raise PreprocessError(
+                Code.INTERNAL, f"vLLM layout splits {k!r} by {sizes_key!r}, but no such video tensor was produced"
+            )
+        msg.flat_keys[wire_key(k)] = wire_key(sizes_key)
+    msg.keep_on_cpu_keys.extend(wire_key(k) for k in field_layout.keep_on_cpu if k in present)
+    msg.im_token_id = _token_id(out.video_token_id)
+    for v in videos:
+        offset, length = v.structural_range
+        msg.mm_placeholders.add(offset=offset, length=length)
 
 
 def _check_vllm_items(out: PreprocessOutput, field_layout) -> None:
@@ -376,33 +496,70 @@ def _check_vllm_items(out: PreprocessOutput, field_layout) -> None:
 # -- TokenSpeed -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Source:
+    """One modality's part of an output, as TokenSpeed items are cut from it."""
+
+    modality: int
+    results: list  # ImageResult / VideoResult
+    pixels: np.ndarray
+    pixels_key: str  # the pixel tensor's name in the layout
+    tensors: dict
+    layout: object  # FieldLayout
+    token_id: int
+
+
+def _ts_sources(out, field_layout, video_field_layout) -> list[_Source]:
+    sources = []
+    if out.images:
+        sources.append(_Source(common_pb2.IMAGE, out.images, out.pixel_values, "pixel_values", out.tensors,
+                               field_layout, out.image_token_id))
+    if videos_of(out):
+        if video_field_layout is None:
+            raise PreprocessError(Code.INTERNAL, "this model declares no layout for its video tensors")
+        sources.append(_Source(common_pb2.VIDEO, videos_of(out), out.pixel_values_videos, "pixel_values_videos",
+                               dict(out.video_tensors), video_field_layout, out.video_token_id))
+    return sources
+
+
 def tokenspeed_inputs(out: PreprocessOutput, field_layout, into: tokenspeed_pb.MultimodalInputs, place: _Placer,
-                      dtype: str = "bfloat16") -> None:
-    """One item per image. The items go into the tail (each item's serialized bytes with
-    its encoder input appended inside it), so the head holds an empty MultimodalInputs."""
+                      dtype: str = "bfloat16", video_field_layout=None) -> None:
+    """One item per image and per video, in prompt order. The items go into the tail (each
+    item's serialized bytes with its encoder input appended inside it), so the head holds
+    an empty MultimodalInputs."""
     into.SetInParent()
-    n = len(out.images)
-    whole = n == 1
+    sources = _ts_sources(out, field_layout, video_field_layout)
+    whole = len(out.images) == 1 and not videos_of(out)  # the staged image tensor is this one item
     items = []
-    for i, im in enumerate(out.images):
-        item = tokenspeed_pb.MultimodalItem()
-        item.modality = common_pb2.IMAGE
-        item.content_hash = content_hash(im.hash)
-        item.placeholder_token_id = _token_id(out.image_token_id)
-        for offset, length in im.patch_ranges or (im.structural_range,):
-            item.placeholders.add(offset=offset, length=length)
-        for name, arr in out.tensors.items():
-            place.small(item.model_specific_tensors[name], _vllm_dtype(name, _item_rows(out, field_layout, name, arr, i)))
-        pixels = _item_rows(out, field_layout, "pixel_values", out.pixel_values, i)
-        sub = _Tail()
-        place.res.tail, saved = sub.parts, place.res.tail
-        try:
-            place.large(item.encoder_input, _TS_ENCODER_INLINE, pixels, dtype, whole=whole)
-        finally:
-            place.res.tail = saved
-        items.append(wire.field(_TS_ITEMS, [item.SerializeToString(), *sub.parts]))
+    for src in sources:
+        for i, res in enumerate(src.results):
+            item = _ts_item(src, res, i, place, dtype, whole)
+            items.append((res.structural_range[0], item))
+    items.sort(key=lambda pair: pair[0])
     # BackendPayload.tokenspeed { items {...} items {...} }: merged into the head's empty one
-    place.res.tail.append(wire.field(_TS_FIELD, items))
+    place.res.tail.append(wire.field(_TS_FIELD, [item for _offset, item in items]))
+
+
+def _ts_item(src: _Source, res, i: int, place: _Placer, dtype: str, whole: bool) -> list:
+    """Item ``i`` of ``src``: its serialized bytes with its encoder input inside."""
+    item = tokenspeed_pb.MultimodalItem()
+    item.modality = src.modality
+    video = src.modality == common_pb2.VIDEO
+    item.content_hash = content_hash(video_item_hash(res) if video else res.hash)
+    item.placeholder_token_id = _token_id(src.token_id)
+    for offset, length in res.patch_ranges or (res.structural_range,):
+        item.placeholders.add(offset=offset, length=length)
+    for name, arr in src.tensors.items():
+        rows = _item_rows(src.tensors, src.layout, name, arr, i)
+        place.small(item.model_specific_tensors[name], _vllm_dtype(name, rows))
+    pixels = _item_rows(src.tensors, src.layout, src.pixels_key, src.pixels, i)
+    sub = _Tail()
+    place.res.tail, saved = sub.parts, place.res.tail
+    try:
+        place.large(item.encoder_input, _TS_ENCODER_INLINE, pixels, dtype, whole=whole and not video)
+    finally:
+        place.res.tail = saved
+    return wire.field(_TS_ITEMS, [item.SerializeToString(), *sub.parts])
 
 
 class _Tail:
@@ -415,14 +572,15 @@ _TS_ITEMS = tokenspeed_pb.MultimodalInputs.DESCRIPTOR.fields_by_name["items"].nu
 _TS_ENCODER_INLINE = wire.field_path(tokenspeed_pb.MultimodalItem, ("encoder_input", "inline"))
 
 
-def _item_rows(out: PreprocessOutput, field_layout, name: str, arr: np.ndarray, i: int) -> np.ndarray:
+def _item_rows(tensors: dict, field_layout, name: str, arr: np.ndarray, i: int) -> np.ndarray:
     """Item ``i``'s part of a tensor, as the gateway splits it for TokenSpeed: batched ->
-    ``arr[i:i+1]`` (the item dim kept), flat -> its rows by the sizes tensor, else all."""
+    ``arr[i:i+1]`` (the item dim kept), flat -> its rows by the sizes tensor (in
+    ``tensors``), else all."""
     if name in field_layout.batched:
         return arr[i : i + 1]
     sizes_key = field_layout.flat.get(name)
     if sizes_key is not None:
-        sizes = np.asarray(out.tensors[sizes_key]).reshape(-1).astype(np.int64)
+        sizes = np.asarray(tensors[sizes_key]).reshape(-1).astype(np.int64)
         start = int(sizes[:i].sum())
         return arr[start : start + int(sizes[i])]
     return arr
@@ -465,7 +623,10 @@ def output_nbytes(out: PreprocessOutput) -> int:
     arrays = [out.input_ids, out.original_input_ids, out.pixel_values, *out.tensors.values()]
     if out.positions is not None:
         arrays.append(out.positions)
-    return sum(int(a.nbytes) for a in arrays) + sum(len(b) for b in out.raw_images)
+    if videos_of(out):
+        arrays += [out.pixel_values_videos, *out.video_tensors.values()]
+    raw = [*out.raw_images, *(getattr(out, "raw_videos", None) or ())]
+    return sum(int(a.nbytes) for a in arrays) + sum(len(b) for b in raw)
 
 
 def _token_id(value: int) -> int:

@@ -123,6 +123,7 @@ def generate(backend: str, target: str, payload, request_id: str = "r") -> tuple
                 request_id=request_id,
                 tokenized=vl.TokenizedInput(input_ids=payload.input_ids),
                 mm_inputs=payload.vllm,
+                extra_mm_inputs=payload.vllm_extra,
                 sampling_params=vl.SamplingParams(temperature=0.0, max_tokens=8),
                 stream=False,
             )
@@ -275,8 +276,114 @@ def expected_trtllm(original_ids, raws: list[bytes], request_id: str) -> dict:
 
 
 def without(report: dict, *keys: str) -> dict:
-    """``report`` without top-level ``keys`` and without each item's ``transport``."""
+    """``report`` without top-level ``keys`` and without each item's ``transport`` (and the
+    same for each of a vLLM report's ``extra`` batches)."""
     r = {k: v for k, v in report.items() if k not in keys}
     if "items" in r:
         r["items"] = [{k: v for k, v in it.items() if k != "transport"} for it in r["items"]]
+    if "extra" in r:
+        r["extra"] = [without(b, *keys) for b in r["extra"]]
     return r
+
+
+# -- videos -----------------------------------------------------------------------------------
+
+
+def video_item_hash(v) -> str:
+    """A video's item id (vLLM mm_hashes, the hex TokenSpeed hashes again), computed here
+    on its own: blake3 of "video:<hash>:frames=<i,j,...>:size=<h>x<w>"."""
+    frames = ",".join(str(int(i)) for i in v.frame_indices)
+    return blake3.blake3(f"video:{v.hash}:frames={frames}:size={v.resized_height}x{v.resized_width}".encode()).hexdigest()
+
+
+def _split(arrays: dict, layout, sizes_from: dict, n: int) -> dict[str, list[np.ndarray]]:
+    """Each tensor's per-item parts as vLLM splits them (batched / flat / shared)."""
+    per_item = {}
+    for k, arr in arrays.items():
+        if k in layout.batched:
+            per_item[k] = [arr[i] for i in range(n)]
+        elif k in layout.flat:
+            sizes = np.asarray(sizes_from[layout.flat[k]]).reshape(-1)
+            bounds = np.concatenate(([0], np.cumsum(sizes)))
+            per_item[k] = [arr[bounds[i] : bounds[i + 1]] for i in range(n)]
+        else:
+            per_item[k] = [arr] * n
+    return per_item
+
+
+def expected_vllm_video_batch(out, layout, dtype: str = "float32") -> dict:
+    """The vLLM stub's report of the video batch (modality video), minus ``transport``."""
+    arrays = {"pixel_values_videos": out.pixel_values_videos, **out.video_tensors}
+    dtypes = {"pixel_values_videos": dtype, **{k: side_dtype(v, "vllm") for k, v in out.video_tensors.items()}}
+    per_item = _split(arrays, layout, out.video_tensors, len(out.videos))
+    items = []
+    for i, v in enumerate(out.videos):
+        offset, length = v.structural_range
+        patch_tokens = sum(n_ for _o, n_ in v.patch_ranges)
+        mask = np.asarray(out.input_ids[offset : offset + length]) == out.video_token_id
+        items.append({
+            "hash": video_item_hash(v),
+            "placeholder": [offset, length],
+            "embed_count": patch_tokens,
+            "is_embed": None if patch_tokens == length else desc(mask.astype(np.uint8)),
+            "fields": {k: desc(per_item[k][i], dtypes[k]) for k in sorted(per_item)},
+        })
+    present = set(arrays)
+    return {
+        "items": items,
+        "modality": "video",
+        "im_token_id": out.video_token_id,
+        "layout": {
+            "batched": sorted(k for k in layout.batched if k in present),
+            "flat": {k: v for k, v in sorted(layout.flat.items()) if k in present},
+            "shared": sorted(k for k in present if k not in layout.batched and k not in layout.flat),
+            "keep_on_cpu": sorted(k for k in layout.keep_on_cpu if k in present),
+        },
+    }
+
+
+def expected_vllm_with_videos(out, field_layout, video_layout, raw_blake3, request_id, dtype="float32") -> dict:
+    """The vLLM stub's report for an output with videos: videos alone are the one batch;
+    with images, the image batch first and the video batch under ``extra``."""
+    video = expected_vllm_video_batch(out, video_layout, dtype)
+    if not out.images:
+        return {"backend": "vllm", "request_id": request_id, "input_ids": ids_digest(out.input_ids), **video}
+    report = expected_vllm(out, field_layout, raw_blake3, request_id, dtype)
+    report["extra"] = [video]
+    return report
+
+
+def expected_tokenspeed_with_videos(out, field_layout, video_layout, raw_blake3, request_id, dtype="bfloat16",
+                                    via: str = "decoded") -> dict:
+    """The TokenSpeed stub's report: image items (as ``expected_tokenspeed``) and one item
+    per video, in prompt order."""
+    report = expected_tokenspeed(out, field_layout, raw_blake3, request_id, dtype, via) if out.images else {
+        "backend": "tokenspeed", "request_id": request_id, "input_ids": ids_digest(out.input_ids), "items": []}
+    items = [(im.structural_range[0], it) for im, it in zip(out.images, report["items"])]
+    for i, v in enumerate(out.videos):
+        h = blake3.blake3(video_item_hash(v).encode()).digest()
+        items.append((v.structural_range[0], {
+            "modality": "video",
+            "content_hash": h.hex(),
+            "hash": int.from_bytes(h[:8], "little"),
+            "encoder_input": desc(item_rows_of(out.video_tensors, video_layout, "pixel_values_videos",
+                                               out.pixel_values_videos, i), dtype),
+            "encoder_input_via": via,
+            "model_specific": {k: desc(item_rows_of(out.video_tensors, video_layout, k, a, i), side_dtype(a, "tokenspeed"))
+                               for k, a in sorted(out.video_tensors.items())},
+            "offsets": [[o, o + n - 1] for o, n in (v.patch_ranges or (v.structural_range,))],
+            "placeholder_token_id": out.video_token_id,
+            "offset_tokens_not_placeholder": 0,
+        }))
+    report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
+    return report
+
+
+def item_rows_of(tensors: dict, layout, k: str, arr: np.ndarray, i: int) -> np.ndarray:
+    if k in layout.batched:
+        return arr[i : i + 1]
+    if k in layout.flat:
+        sizes = np.asarray(tensors[layout.flat[k]]).reshape(-1)
+        start = int(sizes[:i].sum())
+        return arr[start : start + int(sizes[i])]
+    return arr

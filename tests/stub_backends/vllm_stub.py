@@ -1,8 +1,9 @@
 """vLLM engine stub: decodes Generate as vLLM's gRPC servicer does on its preprocessed path
 (smg_grpc_servicer/vllm/servicer.py ``Generate`` and ``_build_preprocessed_mm_inputs``).
 
-* taken when the batch carries ``pixel_values`` or model-specific tensors
-  (``mm_salt.has_preprocessed_mm_payload``), and then only with ``tokenized`` input;
+* every batch of ``mm_keys.mm_batches`` (``mm_inputs``, then ``extra_mm_inputs``: one per
+  modality, no tensor key in two batches) that carries ``pixel_values`` or model-specific
+  tensors (``mm_salt.has_preprocessed_mm_payload``), and then only with ``tokenized`` input;
 * tensors: ``mm_shm.tensor_payload_bytes`` (inline or /dev/shm; an unset payload is
   refused) then the dtype table and length check (``_common``);
 * the modality is ``mm_keys.modality_name`` (VIDEO -> "video", else "image"); the pixel
@@ -55,15 +56,34 @@ def split_items(hf: dict, batched: set, flat: dict, num_items: int) -> dict[str,
 
 
 def decode(req: pb.GenerateRequest) -> dict:
+    """Every batch (``mm_keys.mm_batches``: ``mm_inputs``, then ``extra_mm_inputs``, one per
+    modality) that carries a preprocessed payload. The first batch's report is the report's
+    top level; the others are listed under ``extra``."""
     kind = req.WhichOneof("input")
-    mm = req.mm_inputs
-    preprocessed = req.HasField("mm_inputs") and has_preprocessed_mm_payload(mm)
-    if preprocessed and kind != "tokenized":
+    batches = [b for b in mm_keys.mm_batches(req) if has_preprocessed_mm_payload(b)]
+    if batches and kind != "tokenized":
         raise c.Rejected("preprocessed multimodal inputs need tokenized input")
     ids = list(req.tokenized.input_ids) if kind == "tokenized" else []
     report = {"backend": "vllm", "request_id": req.request_id, "input_ids": c.ids_digest(ids), "items": []}
-    if not preprocessed:
-        return report
+    seen: set[str] = set()
+    reports = []
+    for mm in batches:
+        batch = decode_batch(mm, ids)
+        shared = seen & set(batch["transport"])
+        if shared:
+            raise c.Rejected(f"multimodal batches carry the same tensor keys {sorted(shared)}; "
+                             "one batch per modality is expected")
+        seen |= set(batch["transport"])
+        reports.append(batch)
+    if reports:
+        report.update(reports[0])
+    if len(reports) > 1:
+        report["extra"] = reports[1:]
+    return report
+
+
+def decode_batch(mm, ids: list[int]) -> dict:
+    """One batch as ``_build_preprocessed_mm_inputs`` reads it."""
     modality = mm_keys.modality_name(mm)
     is_video = modality == "video"
 
@@ -85,34 +105,36 @@ def decode(req: pb.GenerateRequest) -> dict:
     if hashes and len(hashes) != num_items:
         raise c.Rejected(f"{len(hashes)} mm_hashes for {num_items} items")
     im_token_id = mm.im_token_id if mm.HasField("im_token_id") else None
-    prompt = np.asarray(ids, dtype=np.int64)
-    for i, p in enumerate(mm.mm_placeholders):
-        if p.length == 0 or p.offset + p.length > len(ids):
-            raise c.Rejected(f"placeholder ({p.offset}, {p.length}) is outside the {len(ids)} input ids")
-        is_embed = None
-        if im_token_id is not None:
-            mask = prompt[p.offset : p.offset + p.length] == im_token_id
-            if not mask.all():
-                is_embed = mask
-        report["items"].append(
-            {
-                "hash": hashes[i] if hashes else None,
-                "placeholder": [p.offset, p.length],
-                "embed_count": int(p.length if is_embed is None else is_embed.sum()),
-                "is_embed": None if is_embed is None else c.describe(is_embed.astype(np.uint8)),
-                "fields": {k: c.describe(v[i], wire[k].dtype) for k, v in sorted(fields.items())},
-            }
-        )
-    report["modality"] = modality
-    report["im_token_id"] = im_token_id
-    report["transport"] = {k: c.transport(td) for k, td in sorted(wire.items())}
-    report["layout"] = {
-        "batched": sorted(k for k in hf if k in batched),
-        "flat": {k: v for k, v in sorted(flat.items()) if k in hf},
-        "shared": sorted(k for k in hf if k not in batched and k not in flat),
-        "keep_on_cpu": sorted(k for k in hf if k in cpu),
+    items = [placeholder_item(p, i, ids, im_token_id, hashes, fields, wire) for i, p in enumerate(mm.mm_placeholders)]
+    return {
+        "items": items,
+        "modality": modality,
+        "im_token_id": im_token_id,
+        "transport": {k: c.transport(td) for k, td in sorted(wire.items())},
+        "layout": {
+            "batched": sorted(k for k in hf if k in batched),
+            "flat": {k: v for k, v in sorted(flat.items()) if k in hf},
+            "shared": sorted(k for k in hf if k not in batched and k not in flat),
+            "keep_on_cpu": sorted(k for k in hf if k in cpu),
+        },
     }
-    return report
+
+
+def placeholder_item(p, i: int, ids: list[int], im_token_id, hashes, fields, wire) -> dict:
+    if p.length == 0 or p.offset + p.length > len(ids):
+        raise c.Rejected(f"placeholder ({p.offset}, {p.length}) is outside the {len(ids)} input ids")
+    is_embed = None
+    if im_token_id is not None:
+        mask = np.asarray(ids[p.offset : p.offset + p.length], dtype=np.int64) == im_token_id
+        if not mask.all():
+            is_embed = mask
+    return {
+        "hash": hashes[i] if hashes else None,
+        "placeholder": [p.offset, p.length],
+        "embed_count": int(p.length if is_embed is None else is_embed.sum()),
+        "is_embed": None if is_embed is None else c.describe(is_embed.astype(np.uint8)),
+        "fields": {k: c.describe(v[i], wire[k].dtype) for k, v in sorted(fields.items())},
+    }
 
 
 class Servicer(pb_grpc.VllmEngineServicer):
