@@ -108,6 +108,80 @@ class ImageResult:
     options: ImageOptions | None = None
 
 
+@dataclass(frozen=True)
+class VideoOptions:
+    """What one request asks of a video's sampling and preprocessing (None: the model's).
+
+    ``fps`` / ``num_frames`` (exclusive) turn frame sampling on, as HF's
+    ``do_sample_frames=True`` with them; ``min_frames`` / ``max_frames`` bound what fps
+    sampling takes; ``min_pixels`` / ``max_pixels`` are the video processor's per-frame
+    size bounds; ``max_tokens`` the most tokens the whole video may expand into.
+    """
+
+    fps: float | None = None
+    num_frames: int | None = None
+    min_frames: int | None = None
+    max_frames: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    max_tokens: int | None = None
+
+    def merged(self, over: "VideoOptions | None") -> "VideoOptions":
+        """These options with every field ``over`` sets replacing ours."""
+        if over is None:
+            return self
+        return VideoOptions(*(o if o is not None else s for s, o in zip(self._values(), over._values())))
+
+    def _values(self) -> tuple:
+        return (self.fps, self.num_frames, self.min_frames, self.max_frames, self.min_pixels, self.max_pixels,
+                self.max_tokens)
+
+    def as_dict(self) -> dict:
+        """The fields that are set, by name."""
+        names = ("fps", "num_frames", "min_frames", "max_frames", "min_pixels", "max_pixels", "max_tokens")
+        return {k: v for k, v in zip(names, self._values()) if v is not None}
+
+
+@dataclass(frozen=True)
+class VideoMeta:
+    """A video stream's facts as HF's PyAV loader (``read_video_pyav``) derives them from
+    the container header, plus what the limits check (nothing decoded)."""
+
+    total_num_frames: int  # the stream's claimed frame count
+    fps: float  # the stream's average rate
+    duration_s: float  # total_num_frames / fps, as HF computes it
+    height: int  # the coded frame size (HF's frames are not rotated)
+    width: int
+    rotation: int = 0  # degrees from the display matrix (reported; HF does not apply it)
+    codec: str = ""
+    container_duration_s: float | None = None  # the container's own claim
+
+
+@dataclass(frozen=True)
+class VideoResult:
+    """Per-video facts a router or backend needs (no pixels)."""
+
+    hash: str  # lowercase hex blake3 of the encoded bytes
+    height: int  # decoded frame size (HF applies no rotation)
+    width: int
+    resized_height: int
+    resized_width: int
+    encoded_bytes: int
+    token_count: int  # whole expansion (Qwen3-VL: timestamps and vision start/end included)
+    structural_range: tuple[int, int]  # (offset, length) in the expanded ids
+    patch_ranges: tuple[tuple[int, int], ...]  # each maximal run of the video token
+    cached: bool = False
+    grid: tuple[int, ...] = ()  # (t, h, w) patches
+    fps: float = 0.0  # the source's, as HF's metadata has it
+    total_frames: int = 0
+    duration_s: float = 0.0
+    frame_indices: tuple[int, ...] = ()
+    timestamps_s: tuple[float, ...] = ()  # Qwen3-VL: per temporal group, as its prompt shows them
+    second_per_grid: float | None = None  # Qwen2.5-VL
+    options: VideoOptions | None = None  # effective
+    rotation: int = 0
+
+
 @dataclass
 class PreprocessOutput:
     """Everything one request produced. Arrays are what the HF processor returns."""
@@ -123,6 +197,13 @@ class PreprocessOutput:
     raw_images: list[bytes] = field(default_factory=list, repr=False)
     timings_ms: dict[str, float] = field(default_factory=dict)  # request stages
     item_timings_ms: list[dict[str, float]] = field(default_factory=list)  # per image: decode, process
+    videos: list[VideoResult] = field(default_factory=list)
+    pixel_values_videos: np.ndarray | None = None  # float32, the HF video processor's shape
+    #: HF names: video_grid_thw int64 [n, 3]; second_per_grid_ts float32 [n] (Qwen2.5-VL);
+    #: patches_per_video int64 [n] (vLLM's flat split)
+    video_tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    video_token_id: int | None = None
+    raw_videos: list[bytes] = field(default_factory=list, repr=False)
 
     @property
     def hashes(self) -> list[str]:
@@ -150,6 +231,7 @@ class PlanOutput:
     input_ids_length: int
     image_token_id: int
     timings_ms: dict[str, float] = field(default_factory=dict)
+    videos: list[VideoResult] = field(default_factory=list)  # from the container headers
 
     @property
     def token_counts(self) -> list[int]:

@@ -15,15 +15,16 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from . import config as model_config
+from . import video_driver
 from .cache import CachedItem, PreprocessCache
-from .carriers import DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput
+from .carriers import DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput, VideoOptions
 from .errors import Code, PreprocessError, invalid
 from .families import Family, FieldLayout, ItemPlan
 from .fanout import fan_out
@@ -31,6 +32,7 @@ from .hashing import content_hash
 from .layout import AppliedLayout, apply_layout, find_placeholders, layout_at
 from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, decode_pixels, open_image
 from .media.samples import random_png
+from .media.video import VideoLimits
 from .metrics import WorkCounters
 
 DEFAULT_CACHE_BYTES = 1 << 30
@@ -45,10 +47,12 @@ DEFAULT_MAX_IMAGE_TOKENS = 16384
 
 @dataclass(frozen=True)
 class Prompt:
-    """A request's token ids, checked: one placeholder per image, at ``placeholders``."""
+    """A request's token ids, checked: one placeholder per image, at ``placeholders``, and
+    one video placeholder per video, at ``video_placeholders``."""
 
     ids: np.ndarray  # int64, as given
     placeholders: np.ndarray  # int64 positions, ascending
+    video_placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclass(frozen=True)
@@ -96,12 +100,18 @@ class Preprocessor:
         executor: Executor | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache: PreprocessCache | None = None,
+        max_videos: int = video_driver.DEFAULT_MAX_VIDEOS,
+        max_video_tokens: int = video_driver.DEFAULT_MAX_VIDEO_TOKENS,
+        video_limits: VideoLimits = VideoLimits(),
     ):
         """``executor``: where a request's other images run (``fanout``); None runs them in
         turn on the calling thread. ``cache``: share one cache between models (keys include
         the model spec); otherwise the model gets its own of ``cache_bytes`` (0: none).
         ``max_image_tokens``: the most tokens one image may expand into (its whole
-        expansion); a request may lower it, never raise it."""
+        expansion); a request may lower it, never raise it. ``max_videos``,
+        ``max_video_tokens`` (a video's whole expansion; ``VideoOptions.max_tokens`` may
+        lower it) and ``video_limits`` (bytes, duration, frames, pixels, decode time) bound
+        the videos (``video_driver``)."""
         if max_image_tokens < 1:
             raise ValueError(f"max_image_tokens must be positive, got {max_image_tokens}")
         self.family = family
@@ -111,6 +121,9 @@ class Preprocessor:
         self.max_image_pixels = max_image_pixels
         self.max_image_tokens = int(max_image_tokens)
         self.formats = formats
+        self.max_videos = max_videos
+        self.max_video_tokens = int(max_video_tokens)
+        self.video_limits = video_limits
         self.executor = executor
         #: Everything that decides the output for given bytes; part of every cache key.
         self.spec_key = family.fingerprint()
@@ -147,6 +160,9 @@ class Preprocessor:
             "mrope": f.uses_mrope,
             "max_images_per_request": self.max_images,
             "max_image_tokens": self.max_image_tokens,
+            "video_token_id": f.video_token_id,
+            "max_videos_per_request": self.max_videos,
+            "max_video_tokens": self.max_video_tokens,
         }
 
     def warmup(self) -> None:
@@ -168,22 +184,29 @@ class Preprocessor:
 
     # -- the request ------------------------------------------------------------------
 
-    def check_request(self, images: int, input_ids=None) -> Prompt:
-        """The request's shape, checked before any fetch or pixel work: an image count
-        within ``max_images`` and exactly one placeholder per image (``input_ids`` None:
-        just the placeholders)."""
-        if images == 0:
+    def check_request(self, images: int, input_ids=None, videos: int = 0) -> Prompt:
+        """The request's shape, checked before any fetch or pixel work: image and video
+        counts within ``max_images`` / ``max_videos``, a model (and PyAV) that takes
+        video when there are videos, and exactly one placeholder per image and per video
+        (``input_ids`` None: just the placeholders, the images' then the videos')."""
+        if images == 0 and videos == 0:
             raise invalid("the request has no images")
         if images > self.max_images:
             raise PreprocessError(
                 Code.RESOURCE_EXHAUSTED, f"{images} images in one request, over the limit of {self.max_images} (max_images)"
             )
+        if videos > self.max_videos:
+            raise PreprocessError(
+                Code.RESOURCE_EXHAUSTED, f"{videos} videos in one request, over the limit of {self.max_videos} (max_videos)")
+        video_driver.check_family(self.family, videos)
         placeholder = self.family.placeholder_token_id
         if input_ids is None:
-            ids = np.full(images, placeholder, dtype=np.int64)
+            ids = np.full(images + videos, placeholder, dtype=np.int64)
+            ids[images:] = self.family.video_token_id if videos else placeholder
         else:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
-        return Prompt(ids, find_placeholders(ids, placeholder, images))
+        return Prompt(ids, find_placeholders(ids, placeholder, images),
+                      video_driver.video_placeholders(self.family, ids, videos))
 
     def token_budget(self, max_image_tokens: int | None = None) -> tuple[int, str]:
         """(the budget per image, what set it): a request's ``max_image_tokens`` (None or
@@ -222,7 +245,9 @@ class Preprocessor:
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
         use_cache: bool = True, max_image_tokens: int | None = None, allocate=None,
         options: ImageOptions | None = None, image_options: Sequence[ImageOptions | None] | None = None,
-        hashes: Sequence[str | None] | None = None,
+        hashes: Sequence[str | None] | None = None, videos: Sequence[bytes] = (),
+        video_options: VideoOptions | None = None, per_video_options: Sequence[VideoOptions | None] | None = None,
+        video_hashes: Sequence[str | None] | None = None, deadline: float | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
         request stops at the next image boundary with a CANCELLED error. ``use_cache``
@@ -236,50 +261,53 @@ class Preprocessor:
         a token budget, OpenAI's detail), ``image_options[i]``: of image i, field by field
         over the request's (see ``configure``); each image is planned and processed by the
         family variant they configure, and says its effective values (``ImageResult.options``).
-        ``hashes[i]``: image i's blake3 when the caller already knows it (not recomputed)."""
+        ``hashes[i]``: image i's blake3 when the caller already knows it (not recomputed).
+        ``videos``: encoded videos, one video placeholder each (``video_driver``), with
+        ``video_options`` / ``per_video_options[i]`` as for images and ``video_hashes``;
+        ``deadline``: a ``time.monotonic()`` value video decoding must end by."""
         t0 = time.perf_counter()
-        images = _encoded(images)
-        prompt = self.check_request(len(images), input_ids)
+        images, videos = _encoded(images), _encoded(videos, "video")
+        prompt = self.check_request(len(images), input_ids, len(videos))
         targets = self.configure(len(images), options, image_options, max_image_tokens)
+        vtargets = video_driver.configure(self.family, len(videos), self.max_video_tokens, video_options,
+                                          per_video_options)
         cache = self.cache if use_cache else None
         admitted = self._each(lambda i: self._admit(images[i], i, cache, targets[i], _known(hashes, i)), len(images),
                               cancel)
+        vadmitted = self._each(lambda i: video_driver.admit(self.family, videos[i], i, vtargets[i], self.video_limits,
+                                                            _known(video_hashes, i)), len(videos), cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
-        applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
+        applied, image_applied, vranges, vruns = self._layout(prompt, plans, vadmitted)
         pixel_values, slots, lent = self._allocate(admitted, allocate)
         aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
                          cancel)
+        pixel_values_videos, video_tensors = video_driver.process(
+            self.family, vadmitted, self.video_limits, deadline, lambda fn, n: self._each(fn, n, cancel))
         t2 = time.perf_counter()
-        positions = self.family.positions(applied, plans)
-        t3 = time.perf_counter()
-        return PreprocessOutput(
-            input_ids=applied.input_ids,
-            original_input_ids=prompt.ids,
-            pixel_values=pixel_values,
-            tensors=self.family.batch_tensors(aux),
-            images=_image_results(images, admitted, applied),
+        positions = (self.family.positions(image_applied, plans, video_driver.items(self.family, vadmitted, vranges))
+                     if vadmitted else self.family.positions(applied, plans))
+        out = PreprocessOutput(
+            input_ids=applied.input_ids, original_input_ids=prompt.ids, pixel_values=pixel_values,
+            tensors=self.family.batch_tensors(aux), images=_image_results(images, admitted, image_applied),
             image_token_id=self.family.image_token_id,
             positions=positions.positions if positions is not None else None,
             rope_delta=positions.delta if positions is not None else None,
             raw_images=[bytes(b) if not isinstance(b, bytes) else b for b in images],
-            timings_ms={
-                "decode_ms": sum(a.decode_ms for a in admitted),
-                "admit_ms": (t1 - t0) * 1e3,
-                "process_ms": (t2 - t1) * 1e3,
-                "layout_ms": (t3 - t2) * 1e3,
-                "total_ms": (t3 - t0) * 1e3,
-            },
-            item_timings_ms=[
-                {"decode_ms": a.decode_ms, "process_ms": a.process_ms, "cached": a.cached is not None}
-                for a in admitted
-            ],
+            videos=video_driver.results(vadmitted, vranges, vruns, self.family),
+            pixel_values_videos=pixel_values_videos, video_tensors=video_tensors,
+            video_token_id=self.family.video_token_id if videos else None,
+            raw_videos=[bytes(b) for b in videos],
         )
+        return _timed(out, admitted, vadmitted, (t0, t1, t2, time.perf_counter()))
 
     def plan(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
         use_cache: bool = True, max_image_tokens: int | None = None, options: ImageOptions | None = None,
         image_options: Sequence[ImageOptions | None] | None = None, hashes: Sequence[str | None] | None = None,
+        videos: Sequence[bytes] = (), video_options: VideoOptions | None = None,
+        per_video_options: Sequence[VideoOptions | None] | None = None,
+        video_hashes: Sequence[str | None] | None = None,
     ) -> PlanOutput:
         """What ``preprocess`` with the same arguments will produce, from the image headers
         alone: per image its hash, sizes, grid, token count, ranges, effective options and
@@ -287,21 +315,35 @@ class Preprocessor:
         cache is only looked at, never counted or refreshed), and the expanded ids' length.
         No pixel is decoded and nothing is kept. The same failures as ``preprocess`` up to
         its layout (an image over its token budget is refused); a file whose pixel data
-        is corrupt is found only when it is decoded."""
+        is corrupt is found only when it is decoded. Videos likewise, from their container
+        headers: sampling, sizes, grid and expansion (no frame decoded)."""
         t0 = time.perf_counter()
-        images = _encoded(images)
-        prompt = self.check_request(len(images), input_ids)
+        images, videos = _encoded(images), _encoded(videos, "video")
+        prompt = self.check_request(len(images), input_ids, len(videos))
         targets = self.configure(len(images), options, image_options, max_image_tokens)
+        vtargets = video_driver.configure(self.family, len(videos), self.max_video_tokens, video_options,
+                                          per_video_options)
         cache = self.cache if use_cache else None
         planned = self._each(lambda i: self._plan_one(images[i], i, cache, targets[i], _known(hashes, i)),
                              len(images), cancel)
-        applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [a.plan.expansion for a in planned]))
+        vplanned = self._each(lambda i: video_driver.admit(self.family, videos[i], i, vtargets[i], self.video_limits,
+                                                           _known(video_hashes, i)), len(videos), cancel)
+        applied, image_applied, vranges, vruns = self._layout(prompt, [a.plan for a in planned], vplanned)
         return PlanOutput(
-            images=_image_results(images, planned, applied),
+            images=_image_results(images, planned, image_applied),
             input_ids_length=len(applied.input_ids),
             image_token_id=self.family.image_token_id,
             timings_ms={"total_ms": (time.perf_counter() - t0) * 1e3},
+            videos=video_driver.results(vplanned, vranges, vruns, self.family),
         )
+
+    def _layout(self, prompt: Prompt, plans: list[ItemPlan], videos: list) -> tuple:
+        """(the whole layout, its image-only view, each video's range, each video's runs)."""
+        if not videos:
+            applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
+            return applied, applied, [], []
+        return video_driver.lay_out(prompt.ids, prompt.placeholders, prompt.video_placeholders,
+                                    [p.expansion for p in plans], [v.plan.expansion for v in videos])
 
     def _each(self, fn, count: int, cancel: threading.Event | None) -> list:
         return fan_out(fn, count, self.executor, cancel, self.work)
@@ -343,6 +385,8 @@ class Preprocessor:
     def _allocate(self, admitted: list[_Admitted], allocate=None) -> tuple[np.ndarray, list[tuple], bool]:
         """pixel_values, each item's slot, and whether the memory is the caller's
         (``allocate``); a lone cached image is its cached tensor (no copy)."""
+        if not admitted:  # a request of videos alone
+            return np.zeros((0, 0), np.float32), [], False
         if len(admitted) == 1 and admitted[0].cached is not None:
             return admitted[0].cached.pixel_values, [admitted[0].cached.slot], False
         shape, slots = self.family.batch_shape([a.plan for a in admitted])
@@ -399,12 +443,30 @@ def _known(hashes: Sequence[str | None] | None, i: int) -> str | None:
     return hashes[i] if hashes is not None and i < len(hashes) else None
 
 
-def _encoded(images) -> list:
-    """The images as encoded bytes: bytes-like objects as they are, a ``pathlib.Path`` read
-    from disk; anything else (a str above all: a file name, or a URL only the server
-    fetches) is refused naming the image."""
+def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list, marks: tuple) -> PreprocessOutput:
+    """``out`` with the request's stage timings and each item's."""
+    t0, t1, t2, t3 = marks
+    out.timings_ms = {
+        "decode_ms": sum(a.decode_ms for a in admitted) + sum(v.decode_ms for v in videos),
+        "admit_ms": (t1 - t0) * 1e3,
+        "process_ms": (t2 - t1) * 1e3,
+        "layout_ms": (t3 - t2) * 1e3,
+        "total_ms": (t3 - t0) * 1e3,
+    }
+    out.item_timings_ms = [{"decode_ms": a.decode_ms, "process_ms": a.process_ms, "cached": a.cached is not None}
+                           for a in admitted]
+    if videos:
+        out.timings_ms["video_decode_ms"] = sum(v.decode_ms for v in videos)
+        out.timings_ms["video_process_ms"] = sum(v.process_ms for v in videos)
+    return out
+
+
+def _encoded(images, kind: str = "image") -> list:
+    """The images (or videos) as encoded bytes: bytes-like objects as they are, a
+    ``pathlib.Path`` read from disk; anything else (a str above all: a file name, or a
+    URL only the server fetches) is refused naming the item."""
     if isinstance(images, (bytes, bytearray, memoryview, str, Path)):
-        raise invalid("images is one image, not a list of images: pass [image]")
+        raise invalid(f"{kind}s is one {kind}, not a list of {kind}s: pass [{kind}]")
     out = []
     for i, image in enumerate(images):
         if isinstance(image, (bytes, bytearray, memoryview)):
@@ -413,11 +475,12 @@ def _encoded(images) -> list:
             try:
                 out.append(image.read_bytes())
             except OSError as e:
-                raise invalid(f"cannot read {image}: {e.strerror}", item=i) from None
+                raise PreprocessError(Code.INVALID_ARGUMENT, f"cannot read {image}: {e.strerror}", item=i,
+                                      kind=kind) from None
         else:
             shown = f"{type(image).__name__} {image!r:.80}"
-            raise invalid(f"got a {shown}: pass the encoded bytes, or a pathlib.Path to read "
-                          "(URLs are fetched by the server, not by Preprocessor)", item=i)
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"got a {shown}: pass the encoded bytes, or a pathlib.Path "
+                                  "to read (URLs are fetched by the server, not by Preprocessor)", item=i, kind=kind)
     return out
 
 

@@ -50,7 +50,7 @@ LAYERS: dict[str, dict[str, list[str]]] = {
         "may_import": ["base", "kernels"],
         # httpcore: the connection layer under httpx; media/transport.py pins resolved
         # addresses (SSRF) with an httpcore network backend and maps its exceptions.
-        "third_party": ["httpx", "httpcore", "PIL", "numpy"],
+        "third_party": ["httpx", "httpcore", "PIL", "numpy", "av"],
     },
     "families": {  # data: what tensor, what layout, what positions
         "modules": ["sglang_mm_grpc.families.*"],
@@ -65,6 +65,7 @@ LAYERS: dict[str, dict[str, list[str]]] = {
     "driver": {  # owns the request flow and its failure semantics
         "modules": [
             "sglang_mm_grpc.driver",
+            "sglang_mm_grpc.video_driver",
             "sglang_mm_grpc.cache",
             "sglang_mm_grpc.metrics",
             "sglang_mm_grpc.fanout",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import Code, PreprocessError
 from ..families import PROCESSORS, ConfigError, Family, build_family
+from . import tokens
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,19 @@ class ModelSource:
     # processor_config.json: processor-level knobs (e.g. Pixtral's patch_size, spatial_merge_size)
     processor_config: dict = field(default_factory=dict)
     has_config: bool = True  # False: a directory without config.json (token ids are the family's defaults)
+    #: video_preprocessor_config.json (None: absent; transformers then reads preprocessor_config.json)
+    video_preprocessor_config: dict | None = None
+    #: Token ids of a family's prompt text (Qwen3-VL's video timestamps): {"ids", "source"}, or None.
+    timestamp_token_ids: dict | None = None
 
     def build(self) -> Family:
+        processor = dict(self.processor_config)
+        if self.video_preprocessor_config is not None and "video_processor" not in processor:
+            processor["video_processor"] = self.video_preprocessor_config  # transformers' order of precedence
+        if self.timestamp_token_ids is not None:
+            processor["timestamp_token_ids"] = self.timestamp_token_ids
         try:
-            return build_family(self.preprocessor_config, self.config, self.processor_config)
+            return build_family(self.preprocessor_config, self.config, processor)
         except ConfigError as e:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"model {self.source}: {e}") from None
         except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError) as e:
@@ -73,7 +83,11 @@ def resolve(spec: str, name: str | None = None) -> ModelSource:
     preset = {k.lower(): k for k in _presets()}.get(spec.lower())
     if preset is not None:
         p = _presets()[preset]
-        return ModelSource(name or preset, preset, p["preprocessor_config"], p["config"], p.get("processor_config", {}))
+        stamps = p.get("timestamp_token_ids")
+        return ModelSource(name or preset, preset, p["preprocessor_config"], p["config"], p.get("processor_config", {}),
+                           video_preprocessor_config=p.get("video_preprocessor_config"),
+                           timestamp_token_ids={"ids": tuple(stamps["ids"]), "source": stamps["source"]} if stamps
+                           else None)
     path = Path(spec).expanduser()
     if path.is_dir():
         return _directory_source(path, name or spec)
@@ -91,6 +105,7 @@ def _directory_source(path: Path, name: str) -> ModelSource:
         raise PreprocessError(Code.INVALID_ARGUMENT, f"model directory {path} has no preprocessor_config.json")
     cfg = path / "config.json"
     proc = path / "processor_config.json"
+    video = path / "video_preprocessor_config.json"
     return ModelSource(
         name,
         str(path),
@@ -98,7 +113,15 @@ def _directory_source(path: Path, name: str) -> ModelSource:
         _read_json(cfg) if cfg.is_file() else {},
         _read_json(proc) if proc.is_file() else {},
         has_config=cfg.is_file(),
+        video_preprocessor_config=_read_json(video) if video.is_file() else None,
+        timestamp_token_ids=tokens.timestamp_ids(path / "tokenizer.json") if _qwen3(path / "config.json") else None,
     )
+
+
+def _qwen3(config: Path) -> bool:
+    """Whether the directory's model writes video timestamps as text (Qwen3-VL's kind),
+    the one reader of tokenizer.json (a large file, read only then)."""
+    return config.is_file() and str(_read_json(config).get("model_type", "")).startswith(("qwen3_vl", "qwen3_5"))
 
 
 def _not_found(spec: str, path: Path) -> PreprocessError:

@@ -132,6 +132,9 @@ class Family(Generic[G]):
     config: object  # the family's resolved, frozen config dataclass
     image_token_id: int  # the token that carries features
     field_layout: FieldLayout
+    #: Families with "video" in ``modalities``: the video keys' vLLM layout and the video token.
+    video_field_layout: FieldLayout | None = None
+    video_token_id: int | None = None
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[G]:
         raise NotImplementedError

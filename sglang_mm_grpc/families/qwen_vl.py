@@ -19,12 +19,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage
-from ..errors import invalid
-from ..kernels import normalize, patchify, resample_pil, resample_tv
+from ..carriers import DecodedImage, VideoMeta, VideoOptions
+from ..errors import Code, PreprocessError, invalid
+from ..kernels import normalize, patchify, resample_pil, resample_tv, video_patchify
 from ..layout import AppliedLayout, Expansion
 from ..positions import MRope, mrope_positions
-from . import hf_keys
+from . import hf_keys, qwen_video
 from .base import PROCESSORS, Aux, Family, FieldLayout, ImageOptions, ItemPlan, Normalization, effective_detail
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
@@ -73,17 +73,29 @@ class QwenVLConfig(Normalization):
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
     processor: str = "pil"  # which transformers class: one of PROCESSORS
+    #: The video processor (``qwen_video``); None: the family takes no video.
+    video: qwen_video.VideoConfig | None = None
 
 
-def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> QwenVLConfig:
-    """Resolve the knobs from the checkpoint's two JSON files (HF class defaults fill gaps)."""
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None, video: dict | None = None,
+                   tokens: dict | None = None) -> QwenVLConfig:
+    """Resolve the knobs from the checkpoint's JSON files (HF class defaults fill gaps).
+    ``video``: the video processor dict as transformers loads it (None: processor_config's
+    nested "video_processor", else the image processor's, transformers' fallback);
+    ``tokens``: {"ids": the ids of ``qwen_video.TIMESTAMP_PIECES``, "source": where they
+    come from} (None: processor_config's "timestamp_token_ids", which the config layer
+    fills from a preset or tokenizer.json; absent: unknown)."""
     d = QwenVLConfig()
     g = hf_keys.get
     hf_keys.refuse_false(preprocessor, "Qwen-VL", "do_resize", "do_convert_rgb")
     min_pixels, max_pixels = hf_keys.pixel_bounds(preprocessor, d.min_pixels, d.max_pixels)
     ids = {k: hf_keys.token_id(config, k, default=getattr(d, k)) for k in (
         "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    processor = processor or {}
+    video_dict = video if video is not None else processor.get("video_processor") or preprocessor
+    stamps = tokens if tokens is not None else processor.get("timestamp_token_ids") or {}
     return QwenVLConfig(
+        video=qwen_video.video_config_from_hf(video_dict, config, ids, stamps.get("ids"), stamps.get("source", "")),
         model_type=str(config.get("model_type") or d.model_type),
         patch_size=hf_keys.as_int(g(preprocessor, "patch_size", default=d.patch_size), "patch_size"),
         temporal_patch_size=hf_keys.as_int(
@@ -115,6 +127,7 @@ class QwenVL(Family[Grid]):
     reference_processor = "Qwen2VLImageProcessorPil"
     uses_mrope = True
     processors = PROCESSORS
+    modalities = ("image", "video")
 
     def __init__(self, config: QwenVLConfig):
         if config.processor not in PROCESSORS:
@@ -133,6 +146,18 @@ class QwenVL(Family[Grid]):
             batched=("image_grid_thw", "patches_per_image"), flat={"pixel_values": "patches_per_image"},
             keep_on_cpu=("image_grid_thw",),
         )
+        # vLLM qwen2_vl.py _create_qwen2vl_field_factory: pixel_values_videos=flat_from_sizes("video",
+        # video_grid_sizes), video_grid_thw=batched("video", keep_on_cpu=True); qwen2_5_vl.py adds
+        # second_per_grid_ts=batched("video"); qwen3_vl.py uses the qwen2_vl factory.
+        video = config.video
+        self.video_field_layout = None if video is None else FieldLayout(
+            batched=("video_grid_thw", "patches_per_video") + (
+                ("second_per_grid_ts",) if video.tokens_per_second is not None else ()),
+            flat={"pixel_values_videos": "patches_per_video"}, keep_on_cpu=("video_grid_thw",),
+            encoder_input_key="pixel_values_videos",
+        )
+        self.video_token_id = video.video_token_id if video is not None else None
+        self._video_lut = qwen_video.video_lut(video) if video is not None else None
         self.factor = config.patch_size * config.merge_size
         self.row_width = 3 * config.temporal_patch_size * config.patch_size**2
         self._lut = config.lut(normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut)
@@ -211,9 +236,40 @@ class QwenVL(Family[Grid]):
             "patches_per_image": np.array([t * gh * gw], dtype=np.int64),
         }
 
-    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[Grid]]) -> MRope:
-        spans = [(off, n, p.geometry) for (off, n), p in zip(applied.structural_ranges, plans)]
+    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[Grid]], videos=()) -> MRope:
+        """HF ``get_rope_index``; ``videos``: the videos' items (``video_items``), in any order."""
+        spans = [(off, n, p.geometry, None) for (off, n), p in zip(applied.structural_ranges, plans)]
+        spans = sorted([*spans, *videos], key=lambda item: item[0])
         return mrope_positions(len(applied.input_ids), spans, self.config.merge_size)
+
+    # -- video -------------------------------------------------------------------------
+
+    def video_config(self, options: VideoOptions | None = None) -> qwen_video.VideoConfig:
+        """The video processor as a call with ``options`` configures it."""
+        video = self.config.video
+        if video is None:
+            raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family has no video processor "
+                                  "configured for this model", kind="video")
+        return video if options is None or options == VideoOptions() else qwen_video.with_options(video, options)
+
+    def plan_video(self, video: qwen_video.VideoConfig, meta: VideoMeta, item: int) -> qwen_video.VideoPlan:
+        return qwen_video.plan_video(video, meta, item)
+
+    def process_video(self, video: qwen_video.VideoConfig, frames, plan: qwen_video.VideoPlan,
+                      out: np.ndarray) -> Aux:
+        """Write the video's rows of pixel_values_videos; its rows of the other tensors."""
+        qwen_video.process_video(video, self._video_lut, frames, plan, out)
+        t, h, w = plan.grid
+        aux = {"video_grid_thw": np.array([[t, h, w]], dtype=np.int64),
+               "patches_per_video": np.array([t * h * w], dtype=np.int64)}
+        if plan.second_per_grid is not None:
+            aux["second_per_grid_ts"] = np.array([plan.second_per_grid], dtype=np.float32)
+        return aux
+
+    @staticmethod
+    def video_items(offset: int, plan: qwen_video.VideoPlan) -> list[tuple]:
+        """The video's M-RoPE items at ``offset`` in the expanded ids."""
+        return [(offset + off, n, grid, interval) for off, n, grid, interval in plan.spans]
 
     def token_ids(self) -> dict[str, int]:
         c = self.config
@@ -226,6 +282,9 @@ class QwenVL(Family[Grid]):
 
     def warmup(self) -> None:
         resample_pil.warmup()
-        if self.torchvision:
+        if self.torchvision or self.config.video is not None:
             resample_tv.warmup()
+        if self.config.video is not None:
+            video_patchify.warmup(self.config.video.patch_size, self.config.video.merge_size,
+                                  self.config.video.temporal_patch_size)
         self.run_batches([(37, 53)], [(300, 40)], [(40, 300)])
