@@ -13,8 +13,9 @@ from ..errors import Code, PreprocessError
 class FetchFailure(PreprocessError):
     """A fetch failure. ``reason`` (when set) is a refusal counted in the fetcher's stats."""
 
-    def __init__(self, code: Code | str, message: str, *, item: int | None = None, reason: str | None = None):
-        super().__init__(code, message, item=item)
+    def __init__(self, code: Code | str, message: str, *, item: int | None = None, reason: str | None = None,
+                 kind: str = "image"):
+        super().__init__(code, message, item=item, kind=kind)
         self.cause = message
         self.reason = reason
 

@@ -15,13 +15,14 @@ import contextlib
 import ssl
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import httpcore
 
 from ..errors import Code, PreprocessError
 from .budget import ByteBudget
-from .failures import FetchFailure, exhausted, timed_out
+from .failures import FetchFailure, exhausted, human_bytes, timed_out
 from .remote import HttpFetcher, check_target, parse_http_url
 from .local import read_local_file
 from .policy import FetchPolicy
@@ -30,7 +31,19 @@ from .sources import RawSource, Source, classify, decode_base64, describe
 from .ssrf import Resolver, system_resolver
 from .transport import Clients
 
-__all__ = ["FetchPolicy", "MediaFetcher"]
+__all__ = ["FetchPolicy", "Item", "MediaFetcher"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """What a source is, for its limit and its errors: ``kind`` and ``index`` name it
+    ("video 2: ..."); ``cap`` (its name, bytes) bounds its bytes whatever the source
+    (inline, file or http, streamed bodies cut off as they pass it) instead of
+    ``max_remote_bytes`` (None: an image's rules)."""
+
+    kind: str = "image"
+    index: int = 0
+    cap: tuple[str, int] | None = None
 
 
 class MediaFetcher:
@@ -93,37 +106,44 @@ class MediaFetcher:
     async def __aexit__(self, *exc_info) -> None:
         await self.aclose()
 
-    async def fetch_all(self, sources: Sequence[RawSource], deadline: float | None = None) -> list[bytes]:
+    async def fetch_all(self, sources: Sequence[RawSource], deadline: float | None = None,
+                        items: Sequence[Item] | None = None) -> list[bytes]:
         """Bytes of every source, in order.
 
         ``deadline`` is an absolute ``time.monotonic()`` value (the RPC deadline) or None.
-        The item cap, the static checks and the byte budget for inline sources are
-        applied before any byte is fetched.
+        ``items[i]``: what source i is (default: image i). The item cap, the static checks
+        and the byte budget for inline sources are applied before any byte is fetched.
         """
         sources = list(sources)
+        items = list(items) if items is not None else [Item("image", i) for i in range(len(sources))]
         budget = ByteBudget(self.policy.request_byte_budget)
-        admitted = [self._admit(i, raw, budget) for i, raw in enumerate(sources)]
-        coroutines = [self._fetch_item(i, raw, source, budget, deadline) for i, (raw, source) in enumerate(zip(sources, admitted))]
+        admitted = [self._admit(item, raw, budget) for item, raw in zip(items, sources)]
+        coroutines = [self._fetch_item(item, raw, source, budget, deadline)
+                      for item, raw, source in zip(items, sources, admitted)]
         return await _all_or_nothing(coroutines)
 
-    def _admit(self, index: int, raw: RawSource, budget: ByteBudget) -> Source:
-        with self._failures(index, raw):
+    def _admit(self, item: Item, raw: RawSource, budget: ByteBudget) -> Source:
+        with self._failures(item, raw):
             source = classify(raw)
             if source.kind == "http":
                 check_target(parse_http_url(source.value), self.policy)
             if source.size is not None:
+                if item.cap is not None and source.size > item.cap[1]:
+                    name, cap = item.cap
+                    raise exhausted(name, f"{source.size} bytes exceed {name} ({human_bytes(cap)})")
                 budget.reserve(source.size)
             return source
 
-    async def _fetch_item(self, index: int, raw: RawSource, source: Source, budget: ByteBudget, deadline: float | None) -> bytes:
-        with self._failures(index, raw):
+    async def _fetch_item(self, item: Item, raw: RawSource, source: Source, budget: ByteBudget,
+                          deadline: float | None) -> bytes:
+        with self._failures(item, raw):
             if source.kind == "bytes":
                 return source.value  # type: ignore[return-value]
             if source.kind == "base64":
                 return await decode_base64(source.value)  # type: ignore[arg-type]
             await self._acquire_slot(deadline)
             try:
-                return await self._fetch_in_slot(source, budget, deadline)
+                return await self._fetch_in_slot(source, budget, deadline, item.cap)
             finally:
                 self._slots.release()
 
@@ -142,7 +162,8 @@ class MediaFetcher:
             pass  # raised below, outside the handler (see _fetch_in_slot)
         raise timed_out("the request deadline passed while waiting for a fetch slot")
 
-    async def _fetch_in_slot(self, source: Source, budget: ByteBudget, deadline: float | None) -> bytes:
+    async def _fetch_in_slot(self, source: Source, budget: ByteBudget, deadline: float | None,
+                             cap: tuple[str, int] | None = None) -> bytes:
         timeout = self.policy.fetch_timeout_s
         limit = f"fetch_timeout_s ({timeout:g} s)"
         if deadline is not None and deadline - time.monotonic() < timeout:
@@ -153,11 +174,11 @@ class MediaFetcher:
         try:
             async with _timeout(timeout):
                 if source.kind == "file":
-                    data = await read_local_file(source.value, self.policy.allowed_local_media_path, budget)  # type: ignore[arg-type]
+                    data = await read_local_file(source.value, self.policy.allowed_local_media_path, budget, cap)  # type: ignore[arg-type]
                     self._bytes += len(data)
                     return data
                 # httpx gets a looser per-operation backstop; the scope above is the real bound.
-                return await _cancelled_once(self._http.fetch(source.value, budget, timeout + 1.0))  # type: ignore[arg-type]
+                return await _cancelled_once(self._http.fetch(source.value, budget, timeout + 1.0, cap))  # type: ignore[arg-type]
         except asyncio.TimeoutError:
             # Raised below, outside this handler: chained to the TimeoutError, our error
             # would lead back (through the timeout's task) to the task that holds it, a
@@ -171,15 +192,15 @@ class MediaFetcher:
         self._failed += 1
         raise timed_out(f"timed out after {timeout:.3g} s ({limit})")
 
-    def _failures(self, index: int, raw: RawSource) -> "_ItemFailures":
-        return _ItemFailures(self, index, raw)
+    def _failures(self, item: Item, raw: RawSource) -> "_ItemFailures":
+        return _ItemFailures(self, item, raw)
 
 
 class _ItemFailures:
     """Turns any failure of one item into a PreprocessError naming the item and source."""
 
-    def __init__(self, fetcher: MediaFetcher, index: int, raw: RawSource):
-        self._fetcher, self._index, self._raw = fetcher, index, raw
+    def __init__(self, fetcher: MediaFetcher, item: Item, raw: RawSource):
+        self._fetcher, self._index, self._kind, self._raw = fetcher, item.index, item.kind, raw
 
     def __enter__(self) -> None:
         return None
@@ -191,11 +212,12 @@ class _ItemFailures:
         if isinstance(exc, FetchFailure):
             if exc.reason is not None and exc.code in (Code.PERMISSION_DENIED, Code.RESOURCE_EXHAUSTED):
                 self._fetcher._refusals[exc.reason] += 1
-            raise FetchFailure(exc.code, f"{where}: {exc.cause}", item=self._index, reason=exc.reason) from None
+            raise FetchFailure(exc.code, f"{where}: {exc.cause}", item=self._index, reason=exc.reason,
+                               kind=self._kind) from None
         if isinstance(exc, PreprocessError):
-            raise PreprocessError(exc.code, f"{where}: {exc.message}", item=self._index) from exc
+            raise PreprocessError(exc.code, f"{where}: {exc.message}", item=self._index, kind=self._kind) from exc
         raise PreprocessError(
-            Code.INTERNAL, f"{where}: unexpected {type(exc).__name__}: {exc}", item=self._index
+            Code.INTERNAL, f"{where}: unexpected {type(exc).__name__}: {exc}", item=self._index, kind=self._kind
         ) from exc
 
 

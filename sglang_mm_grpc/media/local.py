@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from .budget import ByteBudget
-from .failures import FetchFailure, malformed, refused, unavailable
+from .failures import FetchFailure, exhausted, human_bytes, malformed, refused, unavailable
 from ..errors import Code
 
 _READ_CHUNK = 1 << 20  # read in steps, yielding to the loop between them
@@ -35,7 +35,8 @@ def resolve_allowed(path: str, root: str | None) -> str:
     return str(real)
 
 
-async def read_local_file(path: str, root: str | None, budget: ByteBudget) -> bytes:
+async def read_local_file(path: str, root: str | None, budget: ByteBudget, cap: tuple[str, int] | None = None) -> bytes:
+    """``cap``: (its name, bytes) the file may not exceed (a video's limit), checked from its size."""
     real = resolve_allowed(path, root)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -53,6 +54,8 @@ async def read_local_file(path: str, root: str | None, budget: ByteBudget) -> by
         size = info.st_size
         if size == 0:
             raise malformed("file is empty")
+        if cap is not None and size > cap[1]:
+            raise exhausted(cap[0], f"file of {size} bytes exceeds {cap[0]} ({human_bytes(cap[1])})")
         budget.reserve(size)
         chunks, total = [], 0
         while True:

@@ -126,7 +126,8 @@ class HttpFetcher:
         self._resolver = resolver
         self._on_bytes = on_bytes
 
-    async def fetch(self, url: str, budget: ByteBudget, timeout: float) -> bytes:
+    async def fetch(self, url: str, budget: ByteBudget, timeout: float, cap: tuple[str, int] | None = None) -> bytes:
+        """The body of ``url``; ``cap``: (its name, bytes) instead of max_remote_bytes (a video's limit)."""
         current = parse_http_url(url)
         seen = {str(current)}
         redirects = 0
@@ -148,7 +149,7 @@ class HttpFetcher:
                     raise unavailable(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
                 if not 200 <= response.status_code < 300:
                     raise unavailable(f"unexpected HTTP {response.status_code} {response.reason_phrase}".rstrip())
-                return await self._read_body(response, budget)
+                return await self._read_body(response, budget, cap or ("max_remote_bytes", self._policy.max_remote_bytes))
             except httpx.TimeoutException as exc:
                 raise timed_out(f"timed out reading the response ({_describe_error(exc)})") from None
             except httpx.HTTPError as exc:
@@ -206,35 +207,33 @@ class HttpFetcher:
         except ResolveFailed:
             return
 
-    async def _read_body(self, response: httpx.Response, budget: ByteBudget) -> bytes:
-        cap = self._policy.max_remote_bytes
+    async def _read_body(self, response: httpx.Response, budget: ByteBudget, cap: tuple[str, int]) -> bytes:
         declared = _content_length(response)
         reserved = 0
         if declared is not None:
-            if declared > cap:
-                raise exhausted(
-                    "max_remote_bytes", f"Content-Length {declared} exceeds max_remote_bytes ({human_bytes(cap)})"
-                )
+            if declared > cap[1]:
+                raise exhausted(cap[0], f"Content-Length {declared} exceeds {cap[0]} ({human_bytes(cap[1])})")
             budget.reserve(declared)
             reserved = declared
         inflater = _inflater(response)
         chunks: list[bytes] = []
         try:
-            return await self._read_chunks(response, budget, inflater, reserved, chunks)
+            return await self._read_chunks(response, budget, inflater, reserved, chunks, cap)
         finally:
             chunks.clear()  # on failure, freed now, whatever still holds this frame
 
     async def _read_chunks(
-        self, response: httpx.Response, budget: ByteBudget, inflater: _Inflater | None, reserved: int, chunks: list[bytes]
+        self, response: httpx.Response, budget: ByteBudget, inflater: _Inflater | None, reserved: int, chunks: list[bytes],
+        limit: tuple[str, int],
     ) -> bytes:
-        cap = self._policy.max_remote_bytes
+        name, cap = limit
         received, wire = 0, 0
         # Raw bytes: httpx would inflate a whole network read at once, unbounded.
         async for raw in response.aiter_raw():
             self._on_bytes(len(raw))
             wire += len(raw)
             if wire > cap:  # the cap holds for what crosses the wire too (endless empty deflate blocks)
-                raise exhausted("max_remote_bytes", f"body exceeds max_remote_bytes ({human_bytes(cap)})")
+                raise exhausted(name, f"body exceeds {name} ({human_bytes(cap)}): {wire} bytes received")
             pending, more = raw, True
             while more:
                 if inflater is None:
@@ -245,7 +244,7 @@ class HttpFetcher:
                     more = bool(pending) or len(chunk) == limit  # a full step may leave output in zlib
                 received += len(chunk)
                 if received > cap:
-                    raise exhausted("max_remote_bytes", f"body exceeds max_remote_bytes ({human_bytes(cap)})")
+                    raise exhausted(name, f"body exceeds {name} ({human_bytes(cap)}): {received} bytes received")
                 if received > reserved:
                     budget.reserve(received - reserved)
                     reserved = received
