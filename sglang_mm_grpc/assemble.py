@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import blake3
 import numpy as np
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import sglang_scheduler_pb2 as sglang_pb
@@ -264,7 +263,7 @@ def video_item_hash(video) -> str:
     model), so the same file sampled another way is another item."""
     frames = ",".join(str(int(i)) for i in video.frame_indices)
     key = f"video:{video.hash}:frames={frames}:size={video.resized_height}x{video.resized_width}"
-    return blake3.blake3(key.encode("ascii")).hexdigest()
+    return hash_of_hashes(key).hex()  # blake3 over the key's bytes
 
 
 def _pixel_dtype(backend: str, options: WireOptions) -> str:
