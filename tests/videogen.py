@@ -108,15 +108,16 @@ def _avi_patch(data: bytes, **fields) -> bytes:
     return bytes(b)
 
 
-def _empty_chunks(data: bytes, count: int) -> bytes:
-    """An AVI whose movi list holds ``count`` empty video chunks before its frames
-    (a stream that makes a demuxer read packets without end; the header claims few frames)."""
+def _tiny_chunks(data: bytes, count: int) -> bytes:
+    """An AVI (H.264) whose movi list holds ``count`` chunks of an access unit delimiter
+    alone before its frames: the decoder takes packet after packet that make no frame
+    (the header claims few frames)."""
     b = bytearray(data)
-    movi = b.index(b"movi") + 4
-    filler = b"00dc" + struct.pack("<I", 0)
+    first = b.index(b"00dc", b.index(b"movi"))  # after the first frame (it holds the parameter sets)
+    movi = first + 8 + struct.unpack_from("<I", b, first + 4)[0]
+    movi += movi % 2
+    filler = b"00dc" + struct.pack("<I", 6) + b"\0\0\0\1\x09\xf0"  # an H.264 access unit delimiter alone
     b[movi:movi] = filler * count
-    for tag in (b"RIFF", b"LIST"):  # keep the sizes of the lists around movi consistent
-        pass
     riff = struct.unpack_from("<I", b, 4)[0]
     struct.pack_into("<I", b, 4, riff + len(filler) * count)
     lst = b.rindex(b"LIST", 0, movi)
@@ -125,20 +126,26 @@ def _empty_chunks(data: bytes, count: int) -> bytes:
 
 
 def _absurd_timestamps() -> bytes:
-    """An MKV whose frames' timestamps jump by about a year each."""
+    """An MP4 whose media timescale is 0: the demuxer falls back to 1/512 s ticks, and the
+    few frames claim a rate of 1/512 fps (hours of video)."""
+    b = bytearray(clip(frames=8, fps=24, size=(64, 64)))
+    mdhd = b.index(b"mdhd")
+    struct.pack_into(">I", b, mdhd + 16, 0)  # version 0: flags, ctime, mtime, then the timescale
+    return bytes(b)
+
+
+def _raw_avi(frames: int = 4, size: int = 64) -> bytes:
+    """Uncompressed frames in AVI: the frame size lives in the header alone."""
     import av
 
     buf = io.BytesIO()
-    with av.open(buf, mode="w", format="matroska") as out:
-        stream = out.add_stream("mpeg4", rate=24)
-        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, 1000)
+    with av.open(buf, mode="w", format="avi") as out:
+        stream = out.add_stream("rawvideo", rate=24)
+        stream.width = stream.height = size
+        stream.pix_fmt = "bgr24"
         rng = np.random.default_rng(0)
-        for i in range(6):
-            frame = av.VideoFrame.from_ndarray(_frame(i, 64, 64, rng, 0), format="rgb24")
-            frame.pts = i * 31_536_000_000
-            frame.time_base = Fraction(1, 1000)
-            for packet in stream.encode(frame):
+        for i in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(_frame(i, size, size, rng, 0), format="rgb24")):
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
@@ -153,10 +160,11 @@ HOSTILE = {
     "garbage_payload": ("INVALID_ARGUMENT", ""),
     "claims_10M_frames": ("RESOURCE_EXHAUSTED", "max_decoded_frames"),
     "huge_frames": ("RESOURCE_EXHAUSTED", "max_frame_pixels"),
+    "frames_100k_x_100k": ("INVALID_ARGUMENT", "frame size"),
     "zero_fps": ("INVALID_ARGUMENT", "frame rate"),
     "audio_only": ("INVALID_ARGUMENT", "no video stream"),
-    "empty_packets": ("RESOURCE_EXHAUSTED", "packets"),
-    "absurd_timestamps": ("", ""),  # either refused (duration) or decoded: never a hang
+    "tiny_packets": ("INVALID_ARGUMENT", "corrupt"),
+    "absurd_timestamps": ("RESOURCE_EXHAUSTED", "max_duration_s"),
     "empty": ("INVALID_ARGUMENT", "container"),
 }
 
@@ -166,6 +174,7 @@ def hostile() -> dict[str, bytes]:
     mp4 = clip(frames=24, fps=24, size=(64, 96))
     fast = _faststart(clip(frames=48, fps=24, size=(64, 96), noise=20))
     avi = clip(frames=8, fps=24, size=(64, 64), codec="mpeg4", container="avi")
+    raw = _raw_avi()
     rng = np.random.default_rng(1)
     garbage = bytearray(fast)
     mdat = garbage.index(b"mdat") + 64
@@ -176,28 +185,37 @@ def hostile() -> dict[str, bytes]:
         "corrupt": rng.integers(0, 256, 20000, dtype=np.uint8).tobytes(),
         "garbage_payload": bytes(garbage),
         "claims_10M_frames": _avi_patch(avi, frames=10_000_000),
-        "huge_frames": _avi_patch(avi, size=(100_000, 100_000)),
-        "zero_fps": _avi_patch(avi, rate=(1, 0)),
+        "huge_frames": _avi_patch(raw, size=(5000, 5000)),
+        "frames_100k_x_100k": _avi_patch(raw, size=(100_000, 100_000)),
+        "zero_fps": clip(frames=6, fps=24, size=(64, 64), codec="mpeg4", container="nut"),  # no rate in NUT
         "audio_only": audio_only(),
-        "empty_packets": _empty_chunks(avi, 200_000),
+        "tiny_packets": _tiny_chunks(clip(frames=8, fps=24, size=(64, 64), container="avi"), 60_000),
         "absurd_timestamps": _absurd_timestamps(),
         "empty": b"",
     }
 
 
 def _faststart(mp4: bytes) -> bytes:
-    """The same clip with its index (moov) before the frames, remuxed with PyAV, so a
-    cut file opens and then runs out of frames."""
+    """The same clip with its index (moov) before the frames, remuxed with PyAV (through a
+    file: the muxer rewrites it), so a cut file opens and then runs out of frames."""
+    import os
+    import tempfile
+
     import av
 
-    buf = io.BytesIO()
-    with av.open(io.BytesIO(mp4)) as src, av.open(buf, mode="w", format="mp4",
-                                                  options={"movflags": "faststart"}) as dst:
-        s = src.streams.video[0]
-        d = dst.add_stream_from_template(s)
-        for packet in src.demux(s):
-            if packet.dts is None:
-                continue
-            packet.stream = d
-            dst.mux(packet)
-    return buf.getvalue()
+    fd, path = tempfile.mkstemp(suffix=".mp4")
+    os.close(fd)
+    try:
+        with av.open(io.BytesIO(mp4)) as src, av.open(path, mode="w", format="mp4",
+                                                      options={"movflags": "faststart"}) as dst:
+            s = src.streams.video[0]
+            d = dst.add_stream_from_template(s)
+            for packet in src.demux(s):
+                if packet.dts is None:
+                    continue
+                packet.stream = d
+                dst.mux(packet)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
