@@ -13,7 +13,7 @@ import numpy as np
 from .cli_call import add_call_parser
 from .cli_remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
 from .cli_remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
-from .cli_remote import image_options_of, options_text
+from .cli_remote import add_video_arguments, image_options_of, options_text, print_videos, video_options_of
 
 
 def _load_local(args):
@@ -25,7 +25,7 @@ def _load_local(args):
         # As a suffix, the processor is required of the model (an error if its family lacks it).
         budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
         pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
-        return pp, [Path(p).read_bytes() for p in args.images]
+        return pp, [Path(p).read_bytes() for p in args.images], [Path(p).read_bytes() for p in args.videos]
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
     except OSError as e:
@@ -39,11 +39,12 @@ def _preprocess_local(args) -> int:
     loaded = _load_local(args)
     if loaded is None:
         return 2
-    pp, blobs = loaded
+    pp, blobs, videos = loaded
     pp.warmup()
     t0 = time.perf_counter()
     try:
-        out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args))
+        out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
+                            **_video_arguments(videos, args))
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
         return 1
@@ -55,13 +56,19 @@ def _preprocess_local(args) -> int:
             f"[{i}] {path}: HxW {im.height}x{im.width} -> {im.resized_height}x{im.resized_width}{grid}, "
             f"{im.token_count} tokens, blake3 {im.hash[:16]}, {work} ({options_text(im.options)})"
         )
+    print_videos(args.videos, out.videos)
+    videos_text = "" if not videos else (
+        f"; pixel_values_videos {out.pixel_values_videos.dtype} {list(out.pixel_values_videos.shape)}")
     print(
         f"{pp.info['reference_processor']}: "
-        f"pixel_values {out.pixel_values.dtype} {list(out.pixel_values.shape)}; "
+        f"pixel_values {out.pixel_values.dtype} {list(out.pixel_values.shape)}{videos_text}; "
         f"{len(out.input_ids)} input ids; {ms:.1f} ms for {len(blobs)} image(s)"
+        + (f" and {len(videos)} video(s)" if videos else "")
     )
     if args.out:
         arrays = {"pixel_values": out.pixel_values, "input_ids": out.input_ids, **out.tensors}
+        if videos:
+            arrays.update({"pixel_values_videos": out.pixel_values_videos, **out.video_tensors})
         if out.positions is not None:
             arrays["mrope_positions"] = out.positions
             arrays["mrope_position_delta"] = np.array([out.rope_delta], dtype=np.int64)
@@ -76,9 +83,10 @@ def _plan_local(args) -> int:
     loaded = _load_local(args)
     if loaded is None:
         return 2
-    pp, blobs = loaded
+    pp, blobs, videos = loaded
     try:
-        out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args))
+        out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
+                      **_video_arguments(videos, args))
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
         return 1
@@ -87,9 +95,15 @@ def _plan_local(args) -> int:
         print(f"[{i}] {path}: HxW {im.height}x{im.width} -> {im.resized_height}x{im.resized_width}{grid}, "
               f"{im.token_count} tokens at {im.structural_range[0]}, blake3 {im.hash[:16]} "
               f"({options_text(im.options)})")
+    print_videos(args.videos, out.videos)
     print(f"{out.input_ids_length} input ids; {sum(out.token_counts)} image tokens; "
           f"{out.timings_ms['total_ms']:.2f} ms (headers only, nothing decoded)")
     return 0
+
+
+def _video_arguments(videos: list, args) -> dict:
+    """``preprocess``/``plan`` keyword arguments for the videos (none without videos)."""
+    return {"videos": videos, "video_options": video_options_of(args)} if videos else {}
 
 
 def _models(args) -> int:
@@ -124,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_image_options_arguments(p)
     add_media_ids_argument(p)
     add_client_security_arguments(p)
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
+    add_video_arguments(p)
+    p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 
     q = sub.add_parser("plan", help="what preprocess would produce (sizes, grid, tokens, ranges), from the image "
@@ -138,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_image_options_arguments(q)
     add_media_ids_argument(q)
     add_client_security_arguments(q)
-    q.add_argument("images", nargs="+", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
+    add_video_arguments(q)
+    q.add_argument("images", nargs="*", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     q.set_defaults(func=_plan)
 
     m = sub.add_parser("models", help="list the built-in model presets")
@@ -150,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _preprocess(args) -> int:
+    if not args.images and not args.videos:
+        raise SystemExit("give at least one IMAGE or --video")
     if args.target:
         if args.processor:
             raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
@@ -164,6 +182,8 @@ def _preprocess(args) -> int:
 
 
 def _plan(args) -> int:
+    if not args.images and not args.videos:
+        raise SystemExit("give at least one IMAGE or --video")
     if args.target:
         if args.processor:
             raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")

@@ -90,6 +90,24 @@ REQUEST_OPTIONS = (
      "most tokens one image may expand into, per model (a request may ask for fewer); checked from the "
      "header, before decoding (default {default})"),
 )
+# ServerConfig fields of the video limits (docs/VIDEO.md), each named in its error.
+VIDEO_OPTIONS = (
+    ("--max-videos", positive_int, "N", "max_videos", "videos per request (default {default})"),
+    ("--max-video-tokens", positive_int, "N", "max_video_tokens",
+     "most tokens one video may expand into, per model (a request may ask for fewer); checked from the "
+     "container header, before decoding (default {default})"),
+    ("--video-max-bytes", byte_size, "SIZE", "video_max_bytes",
+     "largest video, whatever its source; a streamed body is cut off at it (default {default})"),
+    ("--video-max-duration", float, "S", "video_max_duration_s", "longest video, seconds (default {default})"),
+    ("--video-max-decoded-frames", positive_int, "N", "video_max_decoded_frames",
+     "frames decoded per video (default {default})"),
+    ("--video-max-sampled-frames", positive_int, "N", "video_max_sampled_frames",
+     "frames sampled per video (default {default})"),
+    ("--video-max-frame-pixels", positive_int, "N", "video_max_frame_pixels",
+     "largest width x height of a video frame (default {default})"),
+    ("--video-decode-timeout", float, "S", "video_decode_timeout_s",
+     "seconds of decoding per video, within the request deadline (default {default})"),
+)
 
 
 def transport_name(text: str) -> str:
@@ -217,6 +235,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "(never needed for images)",
     )
     _add_options(f, (*FETCH_OPTIONS, *REQUEST_OPTIONS))
+    _add_options(p.add_argument_group("videos (docs/VIDEO.md; each limit is named in its error)"), VIDEO_OPTIONS)
     _add_options(p.add_argument_group("payload tensors: dtype and shared memory (docs/WIRE_CURRENT.md)"), SHM_OPTIONS)
     d = p.add_argument_group("processes, replicas, drain, TLS and authentication (docs/SERVICE.md)")
     _add_options(d, DEPLOY_OPTIONS)
@@ -267,7 +286,7 @@ def serve_defaults() -> dict[str, str]:
     values = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
     values["fetch_timeout_s"] = DEFAULT_FETCH_TIMEOUT_S  # a default_factory ($REQUEST_TIMEOUT or this)
     shown = {}
-    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS):
+    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS):
         value = values[name]
         shown[name] = size_text(value) if kind is byte_size else f"{value:g}" if kind is float else str(value)
     side = math.isqrt(values["max_image_pixels"])
@@ -337,6 +356,38 @@ def add_image_options_arguments(p) -> None:
                    help="Qwen-VL: the most tokens an image may expand into (max_pixels = N x (patch x merge)^2)")
 
 
+def add_video_arguments(p) -> None:
+    """``--video SOURCE`` (repeatable) and the video options, for preprocess and plan."""
+    g = p.add_argument_group("videos (docs/VIDEO.md): one video placeholder per video in --input-ids")
+    g.add_argument("--video", dest="videos", action="append", default=[], metavar="SOURCE",
+                   help="a video file (with --target also an http(s)://, data:, file:// URL); repeat for more")
+    g.add_argument("--fps", type=float, metavar="F", help="frames sampled per second of video")
+    g.add_argument("--num-frames", type=positive_int, metavar="N", help="exactly N frames, evenly spaced")
+    g.add_argument("--min-frames", type=positive_int, metavar="N", help="at least N sampled frames")
+    g.add_argument("--max-frames", type=positive_int, metavar="N", help="at most N sampled frames")
+    g.add_argument("--video-min-pixels", type=positive_int, metavar="N", help="each frame's min_pixels")
+    g.add_argument("--video-max-pixels", type=positive_int, metavar="N", help="each frame's max_pixels")
+    g.add_argument("--video-max-tokens", type=positive_int, metavar="N",
+                   help="the most tokens one video may expand into")
+
+
+def video_options_of(args):
+    """The ``VideoOptions`` those arguments ask for, or None."""
+    from .carriers import VideoOptions
+
+    options = VideoOptions(
+        fps=getattr(args, "fps", None), num_frames=getattr(args, "num_frames", None),
+        min_frames=getattr(args, "min_frames", None), max_frames=getattr(args, "max_frames", None),
+        min_pixels=getattr(args, "video_min_pixels", None), max_pixels=getattr(args, "video_max_pixels", None),
+        max_tokens=getattr(args, "video_max_tokens", None))
+    return None if options == VideoOptions() else options
+
+
+def read_sources(names) -> list:
+    """Plain paths read here (bytes); URLs go as strings for the server to fetch."""
+    return [s if _URL.match(s) else Path(s).read_bytes() for s in names]
+
+
 def image_options_of(args):
     """The ``ImageOptions`` those arguments ask for, or None."""
     from .carriers import ImageOptions
@@ -387,7 +438,7 @@ def run_serve(args) -> int:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
         processor=args.processor, client_media_ids=False if getattr(args, "no_client_media_ids", False) else None,
-        **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
+        **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
     ))
     problem = _deploy_problem(config)
     if problem:
@@ -460,7 +511,8 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     add_image_options_arguments(p)
     add_media_ids_argument(p)
     add_client_security_arguments(p)
-    p.add_argument("images", nargs="+", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
+    add_video_arguments(p)
+    p.add_argument("images", nargs="*", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
     p.set_defaults(func=run_remote_preprocess)
     return p
 
@@ -477,7 +529,8 @@ def run_remote_preprocess(args) -> int:
     from .client import Client, payload_arrays, payload_options
 
     try:
-        sources = [s if _URL.match(s) else Path(s).read_bytes() for s in args.images]
+        sources = read_sources(args.images)
+        videos = read_sources(getattr(args, "videos", None) or ())
     except OSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -496,7 +549,8 @@ def run_remote_preprocess(args) -> int:
             resp = client.preprocess(args.model, sources, input_ids=ids, backend=backend,
                                      max_image_tokens=getattr(args, "max_image_tokens", None),
                                      options=payload_options(dtype) if dtype else None,
-                                     image_options=image_options_of(args))
+                                     image_options=image_options_of(args), videos=videos,
+                                     video_options=video_options_of(args))
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except grpc.RpcError as e:
@@ -504,6 +558,7 @@ def run_remote_preprocess(args) -> int:
             return 1
 
     _print_images(args.images, resp.images)
+    print_videos(getattr(args, "videos", None) or (), resp.videos)
     t = resp.timings
     print(
         f"{len(resp.input_ids)} input ids; fetch {t.fetch_ms:.1f} ms, decode {t.decode_ms:.1f} ms, "
@@ -534,6 +589,18 @@ def _print_images(names, images) -> None:
         )
 
 
+def print_videos(names, videos) -> None:
+    """One line per video of a response (VideoInfo) or an output (VideoResult)."""
+    for i, (src, v) in enumerate(zip(names, videos)):
+        offset = v.structural_range[0] if isinstance(v.structural_range, tuple) else v.structural_range.offset
+        frames = list(v.frame_indices)
+        shown = ",".join(map(str, frames[:6])) + (",..." if len(frames) > 6 else "")
+        print(f"[video {i}] {src if len(src) < 80 else src[:77] + '...'}: {v.total_frames} frames at {v.fps:g} fps "
+              f"({v.duration_s:.2f} s), HxW {v.height}x{v.width} -> {v.resized_height}x{v.resized_width}, "
+              f"grid {'x'.join(map(str, v.grid))}, {len(frames)} frames sampled [{shown}], {v.token_count} tokens "
+              f"at {offset}, blake3 {v.hash[:16]}")
+
+
 def run_remote_plan(args) -> int:
     """``plan --target``: what Preprocess would produce, from the servers' reading of the
     headers. Reads ``args`` as ``run_remote_preprocess`` does (no backend, no out)."""
@@ -542,7 +609,8 @@ def run_remote_plan(args) -> int:
     from .client import Client
 
     try:
-        sources = [s if _URL.match(s) else Path(s).read_bytes() for s in args.images]
+        sources = read_sources(args.images)
+        videos = read_sources(getattr(args, "videos", None) or ())
         security = client_security(args)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -552,11 +620,13 @@ def run_remote_plan(args) -> int:
         try:
             resp = client.plan(args.model, sources, input_ids=parse_ids(getattr(args, "input_ids", None)),
                                max_image_tokens=getattr(args, "max_image_tokens", None),
-                               image_options=image_options_of(args))
+                               image_options=image_options_of(args), videos=videos,
+                               video_options=video_options_of(args))
         except grpc.RpcError as e:
             print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
             return 1
     _print_images(args.images, resp.images)
+    print_videos(getattr(args, "videos", None) or (), resp.videos)
     print(f"{resp.input_ids_length} input ids; {sum(im.token_count for im in resp.images)} image tokens; "
           f"total {resp.timings.total_ms:.2f} ms (server side; nothing decoded)")
     return 0

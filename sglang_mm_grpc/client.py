@@ -13,6 +13,10 @@ from the headers alone). ``Client(..., media_ids=True)`` sends each image given 
 by its blake3 hash first and resends as data only the images the server does not hold
 (it answers NOT_FOUND listing them), so a repeated image is not uploaded again.
 
+Videos (docs/VIDEO.md) go beside the images: ``preprocess(model, images, ids,
+videos=[Path("clip.mp4")], video_options=video_options(fps=2))``, each a bytes /
+``Path`` / URL like an image, with one video placeholder per video in ``input_ids``.
+
 Several servers (replicas): ``Client(["10.0.0.5:50061", "10.0.0.6:50061"])``, a
 comma-separated string, or ``Client("mm-headless.ns.svc:50061", resolve=True)`` for every
 address of a DNS name. Preprocess and ListModels go round-robin over the targets whose
@@ -36,7 +40,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from . import tensors
-from .carriers import ImageOptions
+from .carriers import ImageOptions, VideoOptions
 from .endpoints import Endpoints
 from .hashing import content_hash
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
@@ -95,6 +99,40 @@ def image_options(min_pixels: int | None = None, max_pixels: int | None = None, 
             detail = _DETAILS[detail.lower()]
         opts.detail = int(detail)
     return opts
+
+
+_VIDEO_FIELDS = ("fps", "num_frames", "min_frames", "max_frames", "min_pixels", "max_pixels", "max_tokens")
+
+
+def video_options(fps: float | None = None, num_frames: int | None = None, min_frames: int | None = None,
+                  max_frames: int | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
+                  max_tokens: int | None = None) -> pb.VideoOptions:
+    """VideoOptions from values (None: unset, the model's video processor's own): frames
+    sampled per second or exactly ``num_frames``, bounds on the frame count, each frame's
+    pixel bounds, and the most tokens the whole video may expand into (docs/VIDEO.md)."""
+    values = dict(zip(_VIDEO_FIELDS, (fps, num_frames, min_frames, max_frames, min_pixels, max_pixels, max_tokens)))
+    return pb.VideoOptions(**{k: (float(v) if k == "fps" else int(v)) for k, v in values.items() if v is not None})
+
+
+def _video_options_message(options) -> pb.VideoOptions | None:
+    """``video_options`` accepted as a message, a ``VideoOptions`` value or a dict."""
+    if options is None or isinstance(options, pb.VideoOptions):
+        return options
+    if isinstance(options, VideoOptions):
+        return video_options(**options.as_dict())
+    if isinstance(options, dict):
+        return video_options(**options)
+    raise TypeError(f"video options are pb.VideoOptions, VideoOptions or a dict, not {type(options).__name__}")
+
+
+def video_item(video, *, options=None, bind_id: str = "") -> pb.MediaItem:
+    """A video's MediaItem: sources as ``media_item`` (bytes, ``Path``, URL string or a
+    MediaItem); ``options``: this video's ``video_options``, over the request's."""
+    item = media_item(video, bind_id=bind_id)
+    opts = _video_options_message(options)
+    if opts is not None:
+        item.video_options.CopyFrom(opts)
+    return item
 
 
 def _image_options_message(options) -> pb.ImageOptions | None:
@@ -174,6 +212,11 @@ def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.nd
                 put(f"items.{i}.encoder_input", item.encoder_input)
             for name, td in item.model_specific_tensors.items():
                 put(f"items.{i}.{name}", td)
+    for i, mm in enumerate(payload.vllm_extra):  # vLLM's further batches: extra.<i>.<name>
+        if mm.HasField("pixel_values"):
+            put(f"extra.{i}.pixel_values", mm.pixel_values)
+        for name, td in mm.model_specific_tensors.items():
+            put(f"extra.{i}.{name}", td)
     arrays["input_ids"] = np.asarray(payload.input_ids, dtype=np.int64)
     return arrays
 
@@ -233,6 +276,8 @@ class Client:
         max_image_tokens: int | None = None,
         options: pb.PayloadOptions | None = None,
         image_options=None,
+        videos: Iterable = (),
+        video_options=None,
     ) -> pb.PreprocessResponse:
         """Preprocess ``images``; with ``backend`` the payload comes back in the response.
 
@@ -246,6 +291,9 @@ class Client:
         ``image_options`` (``image_options(...)``, an ``ImageOptions`` or a dict): what this
         request asks of every image (pixel bounds, a token budget, detail); an image's own
         (``media_item(image, options=...)``) override them field by field.
+        ``videos``: bytes, ``Path``, URL strings or ``video_item(...)``s, one video
+        placeholder each in ``input_ids``; ``video_options`` (``video_options(...)``, a
+        ``VideoOptions`` or a dict): what this request asks of every video.
         """
         req = pb.PreprocessRequest(
             request_id=request_id,
@@ -256,19 +304,24 @@ class Client:
             max_image_tokens=max_image_tokens or 0,
             payload_options=options,
             image_options=_image_options_message(image_options),
+            videos=[video_item(v) for v in videos],
+            video_options=_video_options_message(video_options),
         )
         return self._with_media("Preprocess", req, images, self._timeout(timeout))
 
     def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
              timeout: float | None = None, max_image_tokens: int | None = None,
-             image_options=None) -> pb.PlanResponse:
+             image_options=None, videos: Iterable = (), video_options=None) -> pb.PlanResponse:
         """What ``preprocess`` with the same images, ids and options would produce, from the
         image headers alone: per image (``images``) its hash, sizes, grid, token count,
         ranges, effective options and ``cached``, and ``input_ids_length``. Nothing is
-        decoded or kept; the server keeps the bytes for media ids."""
+        decoded or kept; the server keeps the bytes for media ids. ``videos``: per video the
+        same from its container header (``PlanResponse.videos``)."""
         req = pb.PreprocessRequest(request_id=request_id, model=model, input_ids=list(input_ids or ()),
                                    max_image_tokens=max_image_tokens or 0,
-                                   image_options=_image_options_message(image_options))
+                                   image_options=_image_options_message(image_options),
+                                   videos=[video_item(v) for v in videos],
+                                   video_options=_video_options_message(video_options))
         return self._with_media("Plan", req, images, self._timeout(timeout))
 
     def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout):

@@ -34,6 +34,8 @@ CLIENT_ID = re.compile(r"[\x21-\x7e]{1,128}")
 DEFAULT_MAX_BINDINGS = 1 << 16
 #: Trailing metadata of a NOT_FOUND for media ids: the missing images' indexes, "0,2".
 MISSING_METADATA_KEY = "sglang-mm-missing-media"
+#: The same for the missing videos' indexes.
+MISSING_VIDEOS_METADATA_KEY = "sglang-mm-missing-videos"
 
 
 def is_hash_id(media_id: str) -> bool:
@@ -67,17 +69,29 @@ class MediaStats:
 
 class MissingMedia(PreprocessError):
     """NOT_FOUND: media ids this server does not hold. ``missing``: (image index, id);
-    ``trailing`` is the metadata that lists the indexes for a client to resend."""
+    ``missing_videos``: (video index, id); ``trailing`` is the metadata that lists the
+    indexes for a client to resend (images and videos under their own keys)."""
 
-    def __init__(self, missing: list[tuple[int, str]], why: str = ""):
+    def __init__(self, missing: list[tuple[int, str]], why: str = "",
+                 missing_videos: list[tuple[int, str]] | None = None):
         self.missing = list(missing)
-        shown = ", ".join(f"image {i} (media_id {_short(m)})" for i, m in self.missing)
+        self.missing_videos = list(missing_videos or ())
+        shown = ", ".join([*(f"image {i} (media_id {_short(m)})" for i, m in self.missing),
+                           *(f"video {i} (media_id {_short(m)})" for i, m in self.missing_videos)])
+        what = f"{len(self.missing)} image(s)" if not self.missing_videos else (
+            f"{len(self.missing_videos)} video(s)" if not self.missing
+            else f"{len(self.missing)} image(s) and {len(self.missing_videos)} video(s)")
         super().__init__(
             Code.NOT_FOUND,
-            f"{len(self.missing)} image(s) not held by this server{why}: {shown}; send them again as url or data "
+            f"{what} not held by this server{why}: {shown}; send them again as url or data "
             "(bind_id names them for later calls)",
         )
-        self.trailing = ((MISSING_METADATA_KEY, ",".join(str(i) for i, _ in self.missing)),)
+        trailing = []
+        if self.missing:
+            trailing.append((MISSING_METADATA_KEY, ",".join(str(i) for i, _ in self.missing)))
+        if self.missing_videos:
+            trailing.append((MISSING_VIDEOS_METADATA_KEY, ",".join(str(i) for i, _ in self.missing_videos)))
+        self.trailing = tuple(trailing)
 
 
 def _short(media_id: str) -> str:

@@ -34,6 +34,8 @@ from .allocator import tune_for_large_tensors
 from .config import preset_names
 from .cache import PreprocessCache
 from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, Preprocessor
+from .media.video import VideoLimits
+from .video_driver import DEFAULT_MAX_VIDEO_TOKENS, DEFAULT_MAX_VIDEOS
 from .media import FetchPolicy, MediaFetcher, enable_in_place_decode
 from .media.decode import DEFAULT_MAX_PIXELS
 from .metrics import Metrics
@@ -89,6 +91,19 @@ class ServerConfig:
     # Tokens one image may expand into, per model (a request may ask for fewer); checked
     # from the image header, before decoding.
     max_image_tokens: int = DEFAULT_MAX_IMAGE_TOKENS
+    # Videos in one request, and tokens one video may expand into (a request may ask for
+    # fewer), for the models that take video (docs/VIDEO.md).
+    max_videos: int = DEFAULT_MAX_VIDEOS
+    max_video_tokens: int = DEFAULT_MAX_VIDEO_TOKENS
+    # What one video may cost (media.video.VideoLimits): bytes (checked while fetching,
+    # a streamed body cut off at the limit), duration, frames decoded and sampled, pixels
+    # per frame (from the container header), and seconds of decoding.
+    video_max_bytes: int = VideoLimits.max_bytes
+    video_max_duration_s: float = VideoLimits.max_duration_s
+    video_max_decoded_frames: int = VideoLimits.max_decoded_frames
+    video_max_sampled_frames: int = VideoLimits.max_sampled_frames
+    video_max_frame_pixels: int = VideoLimits.max_frame_pixels
+    video_decode_timeout_s: float = VideoLimits.decode_timeout_s
     # Preprocessed images kept for repeats, shared by all models (0 disables).
     cache_bytes: int = DEFAULT_CACHE_BYTES
     # Encoded images kept by blake3 for media ids (MediaItem.media_id; 0: none kept, every
@@ -334,6 +349,9 @@ class Server:
             max_images=self.config.max_images,
             max_image_pixels=self.config.max_image_pixels,
             max_image_tokens=self.config.max_image_tokens,
+            max_videos=self.config.max_videos,
+            max_video_tokens=self.config.max_video_tokens,
+            video_limits=video_limits(self.config),
             cache_bytes=0,
             cache=self.cache,
         )
@@ -469,3 +487,12 @@ def _add_servicer(servicer: PreprocessorServicer, server) -> None:
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def video_limits(config: ServerConfig) -> VideoLimits:
+    """The ``VideoLimits`` of ``config``'s video_* fields."""
+    return VideoLimits(
+        max_bytes=config.video_max_bytes, max_duration_s=config.video_max_duration_s,
+        max_decoded_frames=config.video_max_decoded_frames, max_sampled_frames=config.video_max_sampled_frames,
+        max_frame_pixels=config.video_max_frame_pixels, decode_timeout_s=config.video_decode_timeout_s,
+    )

@@ -29,7 +29,7 @@ from . import tensors
 from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
-from .carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput
+from .carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput, VideoOptions, VideoResult
 from .driver import Preprocessor
 from .errors import Code, PreprocessError
 from .media.sources import describe as describe_source
@@ -57,6 +57,7 @@ class Kept:
     field_layout: object  # families.FieldLayout (batched, flat)
     staged: object = None  # shm.Segment holding output.pixel_values (Preprocess asked for SHM)
     segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
+    video_field_layout: object = None  # the family's layout of the video tensors (with videos)
 
     def all_segments(self) -> list:
         return [s for s in (self.staged, *self.segments) if s is not None]
@@ -174,35 +175,62 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     async def _fetched(self, request: pb.PreprocessRequest, context, rec: RequestRecord, deadline: "_Deadline",
                        pp: Preprocessor) -> "_Request":
         """The request checked (shape, options, media ids) before anything is fetched, then
-        its images' bytes: fetched, decoded from data URLs, or the media store's."""
+        its images' and videos' bytes: fetched, decoded from data URLs, or the media store's."""
         rec.images = len(request.images)
         input_ids = list(request.input_ids) if request.input_ids else None
-        pp.check_request(len(request.images), input_ids)  # before any fetch
+        videos = len(request.videos)
+        if videos:
+            self._check_takes_video(pp, request.model, videos)
+        pp.check_request(len(request.images), input_ids, videos=videos)  # before any fetch
         options, image_options = _image_options(request)
         pp.configure(len(request.images), options, image_options, request.max_image_tokens or None)
-        media = self._media_sources(request, context)
+        video_options, per_video = _video_options(request)
+        media, missing = self._media_sources(request.images, "image", context)
+        vmedia, vmissing = self._media_sources(request.videos, "video", context)
+        if missing or vmissing:
+            raise MissingMedia(missing, "" if self.media.enabled else " (it keeps no media: serve "
+                               "--media-store-bytes 0)", missing_videos=vmissing)
         deadline.check("fetching")
         tf = time.perf_counter()
-        raw = await self.fetch(media.sources, deadline.at)
+        if videos:
+            cap = ("video_max_bytes", pp.video_limits.max_bytes)
+            items = [("image", i, None) for i in range(len(media.sources))] + [
+                ("video", i, cap) for i in range(videos)]
+            raw = await self.fetch([*media.sources, *vmedia.sources], deadline.at, items=items)
+        else:
+            raw = await self.fetch(media.sources, deadline.at)
         rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
         rec.bytes = sum(len(b) for b in raw)
-        return _Request(pp, raw, input_ids, options, image_options, media, request.max_image_tokens or None)
+        n = len(media.sources)
+        return _Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
+                        _Videos(raw[n:], vmedia, video_options, per_video), deadline.at)
 
-    def _media_sources(self, request: pb.PreprocessRequest, context) -> "_Media":
-        """Each image's source (its URL, data URL, path, base64 text or bytes; a media id's
-        bytes from the store, with their hash) and the ids to bind. MissingMedia (NOT_FOUND,
-        naming every image not held) before anything is fetched."""
+    def _check_takes_video(self, pp: Preprocessor, name: str, videos: int) -> None:
+        if "video" in pp.info["modalities"]:
+            return
+        takers = [k for k, m in (self.models or {}).items() if "video" in m.info["modalities"]]
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"model {name!r} ({pp.info['family']}) takes no video, and the request has {videos}; "
+            + (f"models here that take video: {', '.join(takers)}" if takers else "no model here takes video"))
+
+    def _media_sources(self, items, kind: str, context) -> "tuple[_Media, list]":
+        """Each image's (or video's) source (its URL, data URL, path, base64 text or bytes;
+        a media id's bytes from the store, with their hash), the ids to bind, and the
+        (index, media id)s not held, for one MissingMedia (NOT_FOUND) before anything is
+        fetched."""
         store = self.media
         sources, hashes, binds, missing = [], [], [], []
         scope = None
-        for i, item in enumerate(request.images):
+        for i, item in enumerate(items):
             which = item.WhichOneof("source")
             if which is None:
-                raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url, data or media_id", item=i)
+                raise PreprocessError(Code.INVALID_ARGUMENT, "empty MediaItem: set url, data or media_id", item=i,
+                                      kind=kind)
             if item.bind_id:
                 if which == "media_id":
                     raise PreprocessError(Code.INVALID_ARGUMENT, "bind_id binds the bytes sent in url or data; "
-                                          "this image is a media_id", item=i)
+                                          f"this {kind} is a media_id", item=i, kind=kind)
                 self._check_client_ids("bind_id", i)
                 check_client_id(item.bind_id, "bind_id", i)
                 scope = scope or self._caller(context)
@@ -224,9 +252,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 missing.append((i, media_id))
             sources.append(data if data is not None else b"")
             hashes.append(digest if data is not None else None)
-        if missing:
-            raise MissingMedia(missing, "" if store.enabled else " (it keeps no media: serve --media-store-bytes 0)")
-        return _Media(sources, hashes, binds, scope)
+        return _Media(sources, hashes, binds, scope), missing
 
     def _check_client_ids(self, what: str, item: int) -> None:
         if not self.media.client_ids:
@@ -234,14 +260,14 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                                   "server (serve --no-client-media-ids); send the bytes, or their blake3 hash as "
                                   "media_id", item=item)
 
-    def _remember(self, req: "_Request", images: list[ImageResult]) -> None:
-        """Keep the request's newly sent images for media ids, and bind its ids to them."""
-        media = req.media
-        for i, im in enumerate(images):
-            if media.hashes[i] is None:
-                self.media.put(im.hash, req.raw[i])
-            if media.binds[i]:
-                self.media.bind(media.scope, media.binds[i], im.hash)
+    def _remember(self, req: "_Request", images: list[ImageResult], videos: list[VideoResult] = ()) -> None:
+        """Keep the request's newly sent images and videos for media ids, and bind its ids to them."""
+        for media, raw, results in ((req.media, req.raw, images), (req.videos.media, req.videos.raw, videos)):
+            for i, im in enumerate(results):
+                if media.hashes[i] is None:
+                    self.media.put(im.hash, raw[i])
+                if media.binds[i]:
+                    self.media.bind(media.scope, media.binds[i], im.hash)
 
     async def _plan(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
         deadline = _Deadline(context)
@@ -255,21 +281,28 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             else:
                 out, work_ms = await self._cancellable(ticket, deadline, self._plan_work, req)
         except PreprocessError as e:
-            raise _naming_source(e, req.media.sources) from None
+            raise _naming_source(e, req) from None
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - work_ms)
         resp = pb.PlanResponse(request_id=request.request_id, input_ids_length=out.input_ids_length,
                                image_token_id=out.image_token_id)
         for im in out.images:
             _fill_image_info(resp.images.add(), im)
+        for v in out.videos:
+            _fill_video_info(resp.videos.add(), v)
+        if out.videos:
+            resp.video_token_id = req.model.info["video_token_id"] or 0
         resp.timings.fetch_ms = rec.stages_ms["fetch"]
         resp.timings.total_ms = (time.perf_counter() - rec.t0) * 1e3
         return resp
 
     def _plan_work(self, req: "_Request", *, cancel: threading.Event) -> tuple[PlanOutput, float]:
         t0 = time.perf_counter()
+        v = req.videos
         out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
-                             options=req.options, image_options=req.image_options, hashes=req.media.hashes)
-        self._remember(req, out.images)
+                             options=req.options, image_options=req.image_options, hashes=req.media.hashes,
+                             **({"videos": v.raw, "video_options": v.options, "per_video_options": v.per_video,
+                                 "video_hashes": v.media.hashes} if v.raw else {}))
+        self._remember(req, out.images, out.videos)
         return out, (time.perf_counter() - t0) * 1e3
 
     async def _preprocess(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
@@ -278,6 +311,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         backend = asm.parse_backend(request.backend) if request.backend else None
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
         resolved = self.transport.resolve(request.payload_options, backend, len(request.images))
+        if backend is not None:
+            asm.check_videos(backend, len(request.videos))  # before anything is fetched
         req = await self._fetched(request, context, rec, deadline, pp)
         deadline.check("preprocessing")
         job = _Job(req, request, backend, backend is None or request.keep_handle, rec, resolved)
@@ -286,7 +321,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             # preprocess, keep, assemble and serialize: one pool task, the event loop free
             done = await self._cancellable(ticket, deadline, self._work, job, abandoned=self._drop_kept)
         except PreprocessError as e:
-            raise _naming_source(e, req.media.sources) from None
+            raise _naming_source(e, req) from None
         timings = done.output.timings_ms
         for stage in ("decode", "process", "layout"):
             rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
@@ -312,17 +347,22 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         kept = None
         req = job.req
         try:
+            v = req.videos
             out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                                        allocate=stager, options=req.options, image_options=req.image_options,
-                                       hashes=req.media.hashes)
-            self._remember(req, out.images)
+                                       hashes=req.media.hashes, **({
+                                           "videos": v.raw, "video_options": v.options, "per_video_options":
+                                           v.per_video, "video_hashes": v.media.hashes, "deadline": req.deadline}
+                                           if v.raw else {}))
+            self._remember(req, out.images, out.videos)
             resp = _response(job.request, out)
             resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
             resp.timings.layout_ms = float(out.timings_ms.get("layout_ms", 0.0))
             if cancel.is_set():
                 raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
             if job.keep:
-                kept = Kept(req.model.name, out, req.model.field_layout)
+                kept = Kept(req.model.name, out, req.model.field_layout,
+                            video_field_layout=req.model.family.video_field_layout)
                 resp.handle = self._keep(kept)
                 kept.staged = stager.keep(resp.handle) if stager is not None else None
         except BaseException:
@@ -334,8 +374,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             return _Done(out, resp, resp.handle, 0.0, (time.perf_counter() - t0) * 1e3)
         try:
             wire_bytes, assemble_ms = self._serialized_with_payload(
-                resp, out, req.model.field_layout, job.backend, job.rec.t0, job.resolved,
-                stager.segment if stager is not None else None, kept)
+                resp, out, (req.model.field_layout, req.model.family.video_field_layout), job.backend, job.rec.t0,
+                job.resolved, stager.segment if stager is not None else None, kept)
         except BaseException:
             self._drop_kept(resp.handle)
             if stager is not None:
@@ -345,12 +385,13 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             self.transport.drop([stager.segment], "unused")  # handed out (its lease runs) or removed
         return _Done(out, wire_bytes, resp.handle, assemble_ms, (time.perf_counter() - t0) * 1e3)
 
-    def _serialized_with_payload(self, resp, out: PreprocessOutput, field_layout, backend, t0: float,
+    def _serialized_with_payload(self, resp, out: PreprocessOutput, layouts: tuple, backend, t0: float,
                                  resolved: Resolved, staged, kept: "Kept | None") -> tuple[bytes, float]:
-        """(``resp`` with the payload for ``backend``, serialized; ms spent assembling)."""
+        """(``resp`` with the payload for ``backend``, serialized; ms spent assembling).
+        ``layouts``: the model's (image, video) field layouts."""
         ta = time.perf_counter()
-        assembled = asm.assemble(out, backend, field_layout, into=resp.payload, options=resolved.wire,
-                                 arena=self.transport.arena, staged=staged)
+        assembled = asm.assemble(out, backend, layouts[0], into=resp.payload, options=resolved.wire,
+                                 arena=self.transport.arena, staged=staged, video_field_layout=layouts[1])
         now = time.perf_counter()
         assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
         resp.timings.total_ms = (now - t0) * 1e3
@@ -407,7 +448,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     def _assembled_response(self, kept: Kept, backend: int, resolved: Resolved) -> bytes:
         resp = pb.AssembleResponse()
         assembled = asm.assemble(kept.output, backend, kept.field_layout, into=resp.payload, options=resolved.wire,
-                                 arena=self.transport.arena, staged=kept.staged)
+                                 arena=self.transport.arena, staged=kept.staged,
+                                 video_field_layout=kept.video_field_layout)
         data = self.transport.serialize(resp, assembled)
         kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
         return data
@@ -618,6 +660,16 @@ class _Media:
 
 
 @dataclass(frozen=True)
+class _Videos:
+    """A request's videos after their fetch."""
+
+    raw: list  # encoded bytes, in order
+    media: _Media
+    options: VideoOptions | None  # the request's video_options
+    per_video: list | None  # each MediaItem's video_options (None where unset), or None
+
+
+@dataclass(frozen=True)
 class _Request:
     """A Preprocess or Plan call after its checks and its fetch."""
 
@@ -628,6 +680,8 @@ class _Request:
     image_options: list | None  # each MediaItem's options (None where unset), or None
     media: _Media
     max_image_tokens: int | None  # the request's budget per image (None: the model's)
+    videos: _Videos
+    deadline: float | None = None  # time.monotonic() the call must end by (None: no deadline)
 
 
 @dataclass(frozen=True)
@@ -659,7 +713,8 @@ PLAN_INLINE_IMAGES = 8
 
 
 def _plan_inline(req: "_Request") -> bool:
-    return len(req.media.hashes) <= PLAN_INLINE_IMAGES and all(h is not None for h in req.media.hashes)
+    return (not req.videos.raw and len(req.media.hashes) <= PLAN_INLINE_IMAGES
+            and all(h is not None for h in req.media.hashes))
 
 
 _DETAILS = {pb.DETAIL_UNSPECIFIED: None, pb.DETAIL_AUTO: "auto", pb.DETAIL_LOW: "low", pb.DETAIL_HIGH: "high"}
@@ -686,6 +741,19 @@ def _options(msg: pb.ImageOptions, where: str, item: int | None) -> ImageOptions
     )
 
 
+_VIDEO_FIELDS = ("fps", "num_frames", "min_frames", "max_frames", "min_pixels", "max_pixels", "max_tokens")
+
+
+def _video_options(request: pb.PreprocessRequest) -> tuple[VideoOptions | None, list | None]:
+    """(the request's video_options, each video's own or None), or (None, None)."""
+    def read(msg: pb.VideoOptions) -> VideoOptions:
+        return VideoOptions(**{f: getattr(msg, f) for f in _VIDEO_FIELDS if msg.HasField(f)})
+
+    options = read(request.video_options) if request.HasField("video_options") else None
+    per_video = [read(v.video_options) if v.HasField("video_options") else None for v in request.videos]
+    return options, per_video if any(o is not None for o in per_video) else None
+
+
 def _fill_options(msg: pb.ImageOptions, options: ImageOptions) -> None:
     for name in ("min_pixels", "max_pixels", "max_tokens"):
         value = getattr(options, name)
@@ -695,12 +763,14 @@ def _fill_options(msg: pb.ImageOptions, options: ImageOptions) -> None:
         msg.detail = _DETAIL_VALUES[options.detail]
 
 
-def _naming_source(e: PreprocessError, sources) -> PreprocessError:
-    """A decode or pixel error about a fetched image also names where it came from
-    (redacted), as fetch errors do; inline bytes need no naming beyond the index."""
+def _naming_source(e: PreprocessError, req: "_Request") -> PreprocessError:
+    """A decode or pixel error about a fetched image (or video) also names where it came
+    from (redacted), as fetch errors do; inline bytes need no naming beyond the index."""
+    kind = getattr(e, "kind", "image")
+    sources = req.videos.media.sources if kind == "video" else req.media.sources
     if e.item is None or e.item >= len(sources) or isinstance(sources[e.item], (bytes, bytearray)):
         return e
-    return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item)
+    return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item, kind=kind)
 
 
 def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
@@ -712,6 +782,10 @@ def _response(request, out: PreprocessOutput) -> pb.PreprocessResponse:
     )
     for im in out.images:
         _fill_image_info(resp.images.add(), im)
+    for v in out.videos:
+        _fill_video_info(resp.videos.add(), v)
+    if out.video_token_id is not None:
+        resp.video_token_id = out.video_token_id
     if out.positions is not None:
         tensors.fill(resp.mrope.positions, out.positions)
         resp.mrope.delta = int(out.rope_delta or 0)
@@ -736,6 +810,24 @@ def _fill_image_info(info: pb.ImageInfo, im: ImageResult) -> None:
         _fill_options(info.options, im.options)
 
 
+def _fill_video_info(info: pb.VideoInfo, v: VideoResult) -> None:
+    info.hash, info.token_count, info.encoded_bytes, info.cached = v.hash, v.token_count, v.encoded_bytes, v.cached
+    info.height, info.width = v.height, v.width
+    info.resized_height, info.resized_width = v.resized_height, v.resized_width
+    info.structural_range.offset, info.structural_range.length = v.structural_range
+    for offset, length in v.patch_ranges:
+        info.patch_ranges.add(offset=offset, length=length)
+    info.grid.extend(v.grid)
+    info.fps, info.total_frames, info.duration_s = float(v.fps), int(v.total_frames), float(v.duration_s)
+    info.frame_indices.extend(int(i) for i in v.frame_indices)
+    info.timestamps_s.extend(float(t) for t in v.timestamps_s)
+    if v.second_per_grid is not None:
+        info.second_per_grid = float(v.second_per_grid)
+    if v.options is not None:
+        for name, value in v.options.as_dict().items():
+            setattr(info.options, name, value)
+
+
 def _model_info(info: dict) -> pb.ModelInfo:
     return pb.ModelInfo(
         name=info["name"],
@@ -749,6 +841,7 @@ def _model_info(info: dict) -> pb.ModelInfo:
         max_images_per_request=info["max_images_per_request"],
         placeholder_token_id=info["placeholder_token_id"],
         max_image_tokens=info["max_image_tokens"],
+        video_token_id=info.get("video_token_id") or 0,
     )
 
 

@@ -111,11 +111,13 @@ class MediaFetcher:
         """Bytes of every source, in order.
 
         ``deadline`` is an absolute ``time.monotonic()`` value (the RPC deadline) or None.
-        ``items[i]``: what source i is (default: image i). The item cap, the static checks
+        ``items[i]``: what source i is (an ``Item`` or its fields as a tuple; default:
+        image i). The item cap, the static checks
         and the byte budget for inline sources are applied before any byte is fetched.
         """
         sources = list(sources)
-        items = list(items) if items is not None else [Item("image", i) for i in range(len(sources))]
+        items = [Item(*it) if isinstance(it, tuple) else it for it in items] if items is not None else [
+            Item("image", i) for i in range(len(sources))]
         budget = ByteBudget(self.policy.request_byte_budget)
         admitted = [self._admit(item, raw, budget) for item, raw in zip(items, sources)]
         coroutines = [self._fetch_item(item, raw, source, budget, deadline)
