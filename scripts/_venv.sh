@@ -1,6 +1,7 @@
 # Sourced by scripts/serve and scripts/test: make .venv and install the project into it.
+# Takes the extras to install as one argument, comma-separated ("test,video"; "" for none).
 # Reinstalls only when pyproject.toml changed or an extra is asked for that is not
-# installed (an install with the test extra also serves).
+# installed (an install with more extras also serves a call asking fewer).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
@@ -14,11 +15,22 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.installed"
 hash="$(sha256sum < "$root/pyproject.toml" | cut -c1-16)"
-want="$hash${extra:+[$extra]}"
 have="$(cat "$stamp" 2>/dev/null || true)"
-if [ "$have" != "$want" ] && { [ -n "$extra" ] || [ "${have%%\[*}" != "$hash" ]; }; then
+# The stamp is "HASH[extra,extra]": installed when the hash matches and every asked extra is listed.
+installed=1
+if [ "${have%%\[*}" != "$hash" ]; then
+  installed=0
+else
+  have_extras=","; case "$have" in *\[*\]) have_extras=",${have#*\[}"; have_extras="${have_extras%\]},";; esac
+  IFS=, read -r -a asked <<< "$extra"
+  for e in "${asked[@]}"; do
+    [ -z "$e" ] && continue
+    case "$have_extras" in *",$e,"*) ;; *) installed=0;; esac
+  done
+fi
+if [ "$installed" -eq 0 ]; then
   echo "installing sglang-mm-grpc${extra:+[$extra]} into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -e "$root${extra:+[$extra]}" >&2
-  echo "$want" > "$stamp"
+  echo "$hash${extra:+[$extra]}" > "$stamp"
 fi
