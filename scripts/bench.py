@@ -18,6 +18,9 @@ Sections (each prints its table; all numbers are medians of repeated runs):
              processes and the faster one used; our output is checked bit for bit
              against the HF reference on the same bytes (``exact``). Every time is
              taken as wall clock and as the calling thread's CPU time (``*_cpu_*``).
+             A column HF's process cannot fill (transformers, or torch and
+             torchvision, not importable there) is left empty and the run says which
+             import failed and what to install, before and after the table.
   stages     per model, for 640x480, 1024x768 and 1920x1080 photo JPEGs: hashing, the
              header and plan, Pillow's decode into RGBX, allocation, each resize pass,
              normalize + patchify / tiles (with the output's write), timed one by one in
@@ -163,19 +166,23 @@ class _HFWorker:
                                      text=True, bufsize=1)
 
     def ask(self, op: str, **fields) -> dict:
+        reply = self.try_ask(op, **fields)
+        if not reply.get("ok"):
+            raise RuntimeError(f"the HF worker refused {op}: {reply}")
+        return reply
+
+    def try_ask(self, op: str, **fields) -> dict:
+        """The reply, refusals included (``ok`` false, ``error`` says why)."""
         self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the HF worker ({HF_WORKER.name}) exited with {self.proc.wait()}")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise RuntimeError(f"the HF worker refused {op}: {reply}")
-        return reply
+        return json.loads(line)
 
     def close(self) -> dict:
         try:
-            return self.ask("quit")
+            return self.try_ask("quit")
         finally:
             self.proc.stdin.close()
             self.proc.wait(30)
@@ -241,20 +248,26 @@ def bench_inprocess(models, images, repeat, hf_python: str | None = None, meta: 
                 pp = Preprocessor.from_model(model, cache_bytes=0)
                 pp.warmup()
                 kind, cfg = _hf_kind_and_config(model)
-                loaded = hf.ask("load", kind=kind, config=cfg)
-                meta.update(hf_pid=loaded["pid"], bench_pid=os.getpid(), hf_versions=loaded["versions"],
-                            hf_imported_package=loaded["imported_package"])
-                for key, err in loaded["errors"].items():
-                    print(f"  ({model}: no {key} column: {err})")
-                available = loaded["available"]
+                loaded = hf.try_ask("load", kind=kind, config=cfg)
+                meta.update(hf_pid=loaded.get("pid", hf.proc.pid), bench_pid=os.getpid(), hf_versions=loaded.get("versions", {}),
+                            hf_imported_package=loaded.get("imported_package"))
+                errors = loaded.get("errors") or {key: loaded.get("error") for key in ("hf_pil", "hf_tv")}
+                meta.setdefault("hf_missing", {})[model] = errors
+                for key, err in errors.items():
+                    print(f"  ({model}: no {key} column: {err})", flush=True)
+                available = loaded.get("available", [])
+                hf_floor = loaded.get("ok", False)  # the HF process can time the floor (numpy, Pillow)
                 # the reference ours is bit-exact with: HF's PIL class, else (Llama 4) torchvision's
                 reference = "hf_pil" if "hf_pil" in available else ("hf_tv" if "hf_tv" in available else None)
                 for spec in images:
-                    rows.append(_inprocess_row(pp, hf, model, spec, Path(tmp), repeat, available, reference,
-                                               decode_image))
+                    rows.append(_inprocess_row(pp, hf if hf_floor else None, model, spec, Path(tmp), repeat,
+                                               available, reference, decode_image))
                     print(_inprocess_line(rows[-1]), flush=True)
     finally:
         meta["hf_imported_package_at_exit"] = hf.close().get("imported_package")
+        for model, errors in meta.get("hf_missing", {}).items():  # again, after the table
+            for key, err in errors.items():
+                print(f"  ({model.split('/')[-1]}: no {key} column: {err})")
     return rows
 
 
@@ -272,19 +285,22 @@ def _ms(t0, t1) -> list[float]:
     return [(t1[0] - t0[0]) * 1e3, (t1[1] - t0[1]) * 1e3]
 
 
-def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: int, available, reference,
+def _inprocess_row(pp, hf: _HFWorker | None, model: str, spec: str, tmp: Path, repeat: int, available, reference,
                    decode_image) -> dict:
+    """One image's row; ``hf`` None: the HF process cannot time anything (no floor there)."""
     raw = make_image(spec)
     path = tmp / "image"
     path.write_bytes(raw)
     out = pp.preprocess([raw], use_cache=False)
     shape = out.pixel_values.shape
-    hf.ask("image", path=str(path), shape=list(shape))
+    if hf is not None:
+        hf.ask("image", path=str(path), shape=list(shape))
     img = decode_image(raw, item=0)
     plan = pp.family.plan(img.height, img.width, 0)
     bshape, slots = pp.family.batch_shape([plan])
     buf = np.zeros(bshape, np.float32)
-    keys = ("ours", "post_decode", "decode_bench", "write_bench", "decode_hf", "write_hf", *available)
+    sides = ("bench", "hf") if hf is not None else ("bench",)  # where the floor is timed
+    keys = ("ours", "post_decode", *(f"{w}_{p}" for p in sides for w in ("decode", "write")), *available)
     samples: dict[str, list] = {k: [] for k in keys}  # [wall, cpu] per call
     calls = 0
 
@@ -315,7 +331,7 @@ def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: 
     def hf_call(key):
         return lambda: {key: hf.ask("time", what=key)["ms"]}
 
-    calls_in_turn = [ours, floor_bench, *(hf_call(k) for k in available), floor_hf, post_decode]
+    calls_in_turn = [ours, floor_bench, *(hf_call(k) for k in available), *([floor_hf] if hf else []), post_decode]
     for _ in range(WARMUP_ROUNDS):  # untimed: first calls (allocations, lazy imports, a settling machine)
         for step in calls_in_turn:
             step()
@@ -331,15 +347,16 @@ def _inprocess_row(pp, hf: _HFWorker, model: str, spec: str, tmp: Path, repeat: 
         med = {k: statistics.median(s[clock] for s in v) for k, v in samples.items()}
         floors = {p: statistics.median(d[clock] + w_[clock] for d, w_ in zip(samples[f"decode_{p}"],
                                                                              samples[f"write_{p}"]))
-                  for p in ("bench", "hf")}
+                  for p in sides}
         side = min(floors, key=floors.get)
         r = {"ours_ms": med["ours"], "post_decode_ms": med["post_decode"],
-             "floor_ms": floors[side], "floor_process": side, "floor_bench_ms": floors["bench"],
-             "floor_hf_ms": floors["hf"], "decode_ms": med[f"decode_{side}"], "write_ms": med[f"write_{side}"],
-             "decode_bench_ms": med["decode_bench"], "decode_hf_ms": med["decode_hf"],
-             "write_bench_ms": med["write_bench"], "write_hf_ms": med["write_hf"]}
+             "floor_ms": floors[side], "floor_process": side, "decode_ms": med[f"decode_{side}"],
+             "write_ms": med[f"write_{side}"]}
+        for p in sides:
+            r.update({f"floor_{p}_ms": floors[p], f"decode_{p}_ms": med[f"decode_{p}"],
+                      f"write_{p}_ms": med[f"write_{p}"]})
         r["ours_over_floor"] = r["ours_ms"] / r["floor_ms"]
-        fastest_decode = min(med["decode_bench"], med["decode_hf"])
+        fastest_decode = min(med[f"decode_{p}"] for p in sides)
         for key in available:
             r[f"{key}_ms"] = med[key]
             r[f"speedup_vs_{key}"] = med[key] / r["ours_ms"]

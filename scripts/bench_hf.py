@@ -11,7 +11,10 @@ answered with one JSON line; timings are taken here, around the call alone.
 
 Requests (``op`` and its fields):
   load    kind, config: build HF's PIL (``<kind>Pil``) and torchvision (``<kind>``)
-          image processors from a preprocessor_config dict; answers which exist
+          image processors from a preprocessor_config dict; answers which exist and,
+          for each that does not, why (the import that failed here and what to install,
+          a class this transformers lacks); without numpy and Pillow every request is
+          refused with that reason
   image   path, shape: the encoded image to work on (read once) and the float32 shape
           of the output tensor the floor writes
   time    what = hf_pil | hf_tv | floor: one timed call, as [wall ms, this thread's cpu
@@ -35,12 +38,21 @@ import sys
 import time
 
 
-def _processors(kind: str, config: dict) -> dict:
-    import transformers
+#: What to install for each column when its imports fail in this interpreter.
+INSTALL = {"transformers": "pip install transformers", "torch": "pip install torch torchvision"}
 
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    found = {"hf_pil": getattr(transformers, kind + "Pil", None), "hf_tv": getattr(transformers, kind, None)}
-    versions = {"python": platform.python_version(), "transformers": transformers.__version__}
+
+def _missing(what: str, error: Exception) -> str:
+    """Why a column is empty: the import that failed, in which interpreter, and the fix."""
+    return (f"{what} is not importable by {sys.executable} ({type(error).__name__}: {error}); "
+            f"install it there ({INSTALL[what]}) or pass --hf-python an interpreter that has it")
+
+
+def _processors(kind: str, config: dict) -> dict:
+    """HF's PIL (``<kind>Pil``) and torchvision (``<kind>``) processors built from
+    ``config``, the versions, and per column that could not be built the reason (a
+    failed import, a class this transformers lacks, a constructor's error)."""
+    versions = {"python": platform.python_version()}
     try:
         import PIL
 
@@ -48,22 +60,34 @@ def _processors(kind: str, config: dict) -> dict:
     except ImportError:
         pass
     try:
+        import transformers
+    except ImportError as e:
+        why = _missing("transformers", e)
+        return {"processors": {}, "versions": versions, "errors": {"hf_pil": why, "hf_tv": why}}
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    versions["transformers"] = transformers.__version__
+    names = {"hf_pil": kind + "Pil", "hf_tv": kind}
+    found = {key: getattr(transformers, name, None) for key, name in names.items()}
+    errors = {key: f"transformers {transformers.__version__} has no {names[key]}"
+              for key, cls in found.items() if cls is None}
+    try:
         import torch
         import torchvision
 
         torch.set_num_threads(1)  # one thread, like ours
         versions["torch"], versions["torchvision"] = torch.__version__, torchvision.__version__
         versions["torch_threads"] = torch.get_num_threads()
-    except ImportError:
+    except ImportError as e:
         found["hf_tv"] = None
-    built, errors = {}, {}
+        errors["hf_tv"] = _missing("torch", e)
+    built = {}
     for key, cls in found.items():
         if cls is None:
             continue
         try:
             built[key] = cls(**config)
         except Exception as e:  # reported, not fatal: that column stays empty
-            errors[key] = f"{type(e).__name__}: {e}"
+            errors[key] = f"{names[key]}(**config) failed: {type(e).__name__}: {e}"
     return {"processors": built, "versions": versions, "errors": errors}
 
 
@@ -77,8 +101,13 @@ def _ms(t0, t1) -> list[float]:
 
 
 def main() -> int:
-    import numpy as np
-    from PIL import Image, ImageOps
+    try:
+        import numpy as np
+        from PIL import Image, ImageOps
+    except ImportError as e:  # nothing can be timed here: answer every request with why
+        return _refuse_all(f"numpy and Pillow are not importable by {sys.executable} "
+                           f"({type(e).__name__}: {e}); install them there (pip install numpy pillow) or pass "
+                           "--hf-python an interpreter that has them")
 
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout = sys.stderr  # whatever a library prints cannot corrupt the replies
@@ -131,6 +160,17 @@ def main() -> int:
         else:
             reply = {"ok": False, "error": f"unknown op {op!r}"}
         out.write(json.dumps(reply) + "\n")
+    return 0
+
+
+def _refuse_all(why: str) -> int:
+    """Without numpy and Pillow: every request gets ``ok: false`` and the reason."""
+    for line in sys.stdin:
+        op = json.loads(line).get("op")
+        print(json.dumps({"ok": op == "quit", "error": why, "imported_package": "sglang_mm_grpc" in sys.modules}),
+              flush=True)
+        if op == "quit":
+            break
     return 0
 
 
