@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Video bench: a 10 s 1280x720 H.264 clip, Qwen2-VL's preset, ours vs HF, one call each in turn.
+
+    .venv/bin/python scripts/bench_video.py [--rounds 7] [--fps 2] [--hf-python /root/torchvenv/bin/python]
+
+Ours: ``Preprocessor.preprocess`` (decode of the sampled frames + processing, cache off),
+in this process. HF: ``load_video(path, backend="pyav", sample_indices_fn=<the processor's
+sample_frames>)`` then ``Qwen2VLVideoProcessor`` (torchvision backend, torch at one thread)
+with the preset's sizes, in a process of its own (this file with ``--hf``) that never imports
+this package. Sampling: Qwen2-VL's processor takes every frame unless asked (``do_sample_frames``
+false), 150 temporal groups of 728x1288 for this clip, 179400 tokens, over its context; both
+sides sample at ``--fps`` (2, qwen-vl-utils' default) instead. The decode of only the sampled
+frames is timed apart on each side (ours: ``media.video.frames``; HF: ``load_video``). The
+outputs are checked equal (sha256 of pixel_values_videos) before timing. Prints medians and
+ratios, and writes JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # the preset's (preprocessor_config.json, the video processor's fallback)
+
+
+def make_clip(path: Path) -> bytes:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import videogen
+
+    data = videogen.clip(frames=300, fps=30, size=(720, 1280), noise=6.0, crf=23, gop=60)
+    path.write_bytes(data)
+    return data
+
+
+# -- the HF side (its own process) ----------------------------------------------------------
+
+
+def hf_main(path: str, fps: float) -> None:
+    import functools
+
+    import numpy as np
+    import torch
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    from transformers.video_utils import load_video
+
+    torch.set_num_threads(1)
+    proc = Qwen2VLVideoProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    sample = functools.partial(proc.sample_frames, fps=fps)
+
+    def decode():
+        return load_video(path, backend="pyav", sample_indices_fn=sample)
+
+    def call():
+        frames, meta = decode()
+        out = proc(videos=[frames], video_metadata=[meta], do_sample_frames=False, return_tensors="pt",
+                   cap_pixels_per_frame=False)
+        return out["pixel_values_videos"]
+
+    for line in sys.stdin:
+        cmd = line.strip()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if cmd == "check":
+            pv = call().numpy()
+            reply = {"sha256": hashlib.sha256(np.ascontiguousarray(pv).tobytes()).hexdigest(), "shape": pv.shape}
+        elif cmd in ("call", "decode"):
+            call() if cmd == "call" else decode()
+            reply = {"ms": (time.perf_counter() - t0) * 1e3, "cpu_ms": (time.thread_time() - c0) * 1e3}
+        else:
+            return
+        print(json.dumps(reply), flush=True)
+
+
+# -- ours -------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--fps", type=float, default=2.0)
+    ap.add_argument("--hf-python", default="/root/torchvenv/bin/python")
+    ap.add_argument("--clip", default="/tmp/bench_video_720p.mp4")
+    ap.add_argument("--json")
+    ap.add_argument("--hf", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.hf:
+        return hf_main(args.clip, args.fps)
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc.carriers import VideoOptions
+    from sglang_mm_grpc.media import video as media_video
+
+    data = make_clip(Path(args.clip))
+    pp = Preprocessor.from_model(MODEL + "@torchvision")
+    opts = VideoOptions(fps=args.fps)
+    hf = subprocess.Popen([args.hf_python, __file__, "--hf", "--clip", args.clip, "--fps", str(args.fps)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+
+    def ask(cmd: str) -> dict:
+        hf.stdin.write(cmd + "\n")
+        hf.stdin.flush()
+        return json.loads(hf.stdout.readline())
+
+    ours = pp.preprocess([], videos=[data], video_options=opts, use_cache=False)  # warm (compiles)
+    want = ask("check")
+    got = hashlib.sha256(np.ascontiguousarray(ours.pixel_values_videos).tobytes()).hexdigest()
+    assert got == want["sha256"], "pixel_values_videos differ from HF's"
+    v = ours.videos[0]
+    print(f"clip: {len(data) / 1e6:.2f} MB, {v.total_frames} frames at {v.fps:g} fps, {v.width}x{v.height}; "
+          f"sampled {len(v.frame_indices)} frames at {args.fps:g} fps -> {v.resized_width}x{v.resized_height}, "
+          f"grid {v.grid}, {v.token_count} tokens, pixel_values_videos {ours.pixel_values_videos.shape} "
+          "(equal to HF's)")
+    meta = media_video.probe(data)
+    rows = {k: [] for k in ("ours_ms", "ours_cpu_ms", "hf_ms", "hf_cpu_ms", "ours_decode_ms", "hf_decode_ms")}
+    for _ in range(args.rounds):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        pp.preprocess([], videos=[data], video_options=opts, use_cache=False)
+        rows["ours_ms"].append((time.perf_counter() - t0) * 1e3)
+        rows["ours_cpu_ms"].append((time.thread_time() - c0) * 1e3)
+        r = ask("call")
+        rows["hf_ms"].append(r["ms"])
+        rows["hf_cpu_ms"].append(r["cpu_ms"])
+        t0 = time.perf_counter()
+        for _frame in media_video.frames(data, v.frame_indices, meta):
+            pass
+        rows["ours_decode_ms"].append((time.perf_counter() - t0) * 1e3)
+        rows["hf_decode_ms"].append(ask("decode")["ms"])
+    hf.stdin.close()
+    hf.wait(timeout=60)
+    med = {k: statistics.median(x) for k, x in rows.items()}
+    med["ratio_end_to_end"] = med["hf_ms"] / med["ours_ms"]
+    med["ratio_decode"] = med["hf_decode_ms"] / med["ours_decode_ms"]
+    med["ours_process_ms"] = med["ours_ms"] - med["ours_decode_ms"]
+    med["hf_process_ms"] = med["hf_ms"] - med["hf_decode_ms"]
+    med["ratio_process"] = med["hf_process_ms"] / med["ours_process_ms"]
+    for k, x in med.items():
+        print(f"{k:18s} {x:10.1f}" if not k.startswith("ratio") else f"{k:18s} {x:10.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"median": med, "rounds": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
