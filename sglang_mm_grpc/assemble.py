@@ -11,7 +11,7 @@ evidence for every rule below):
   ``TensorData`` has plain ``data`` bytes: no shared memory, no narrower dtype.
 * vLLM (``vllm.grpc.engine``): ``TensorData`` with its ``payload`` oneof always set
   (``inline`` or ``shm``, zero-size tensors included); structural ranges (one per image),
-  blake3 ``mm_hashes``, the family's field layout as ``batched_keys``/``flat_keys``
+  the images' item hashes as ``mm_hashes``, the family's field layout as ``batched_keys``/``flat_keys``
   (every sizes tensor sent), ``keep_on_cpu_keys`` as vLLM declares them for the model,
   ``modality=IMAGE``, ``encoder_input_key`` where the model's kwarg for the pixel tensor
   is not ``pixel_values`` (and that name in the layout keys), ``im_token_id``, expanded
@@ -21,7 +21,7 @@ evidence for every rule below):
 * TokenSpeed (``tokenspeed.grpc.scheduler``): one item per image, each with its own
   encoder input (bfloat16 by default, as the gateway sends it), its rows of the
   model-specific tensors, its patch ranges, ``placeholder_token_id`` and
-  ``content_hash`` = blake3 of the image's hex blake3 (the gateway's ``hash_hex_strings``).
+  ``content_hash`` = blake3 of the image's hex item hash (the gateway's ``hash_hex_strings``).
 
 Videos (``out.videos``, docs/VIDEO.md), per backend as its servicer reads them:
 
@@ -39,6 +39,9 @@ Videos (``out.videos``, docs/VIDEO.md), per backend as its servicer reads them:
 A video's item hash (vLLM ``mm_hashes``, TokenSpeed ``content_hash``) is ``video_item_hash``:
 blake3 over its bytes' hash, the sampled frame indices and the resized size, since one
 file sampled at another fps is another encoder input (vLLM keys its encoder cache by it).
+An image's is ``image_item_hash``: its bytes' hash while its effective options are the
+model's defaults (what routers and the gateway hash), else blake3 over the bytes' hash
+and those options, so the same bytes preprocessed another way are another item.
 
 Large tensors are not copied into the message: ``assemble`` returns the payload without
 them and a *tail* (``wire.Hole`` parts: the array, its wire dtype) that the serializer
@@ -49,6 +52,7 @@ memory, the tensor is written into a segment and the message carries its handle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from smg_grpc_proto.generated import common_pb2
@@ -59,9 +63,9 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as vllm_pb
 
 from . import tensors, wire
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from .carriers import PreprocessOutput
+from .carriers import ImageOptions, ImageResult, PreprocessOutput
 from .errors import Code, PreprocessError
-from .hashing import hash_of_hashes
+from .hashing import hash_of_hashes, keyed_hash
 from .shm import DEFAULT_MIN_BYTES, Segment, ShmArena
 
 BACKENDS: dict[str, int] = {
@@ -162,6 +166,7 @@ def assemble(
     arena: ShmArena | None = None,
     staged: Segment | None = None,
     video_field_layout=None,
+    image_defaults: ImageOptions | None = None,
 ) -> Assembled:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
@@ -171,6 +176,9 @@ def assemble(
     that already holds ``out.pixel_values`` as float32 (kept by Preprocess), handed out
     instead of a copy when the payload needs exactly that.
     ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
+    ``image_defaults``: the effective options of an image preprocessed with none (the
+    model's ``family.effective_options(None)``): an image whose options differ gets an
+    item hash over them (``image_item_hash``); None: every image's is its bytes' hash.
     Refusals: FAILED_PRECONDITION for an option, model or modality the backend's consumer
     cannot take (the message says why and what works)."""
     b = parse_backend(backend)
@@ -189,12 +197,12 @@ def assemble(
         elif name == "vllm":
             msg.input_ids.extend(token_ids(out.input_ids))
             if out.images:
-                vllm_inputs(out, field_layout, msg.vllm, place, dtype)
+                vllm_inputs(out, field_layout, msg.vllm, place, dtype, image_defaults)
             if videos_of(out):
                 vllm_video_batch(out, video_field_layout, msg, place, dtype, extra=bool(out.images))
         elif name == "tokenspeed":
             msg.input_ids.extend(token_ids(out.input_ids))
-            tokenspeed_inputs(out, field_layout, msg.tokenspeed, place, dtype, video_field_layout)
+            tokenspeed_inputs(out, field_layout, msg.tokenspeed, place, dtype, video_field_layout, image_defaults)
         else:
             msg.input_ids.extend(token_ids(out.original_input_ids))
             trtllm_input(out, msg.trtllm)
@@ -262,8 +270,19 @@ def video_item_hash(video) -> str:
     hash, the sampled frame indices and the resized size (what decides its pixels for one
     model), so the same file sampled another way is another item."""
     frames = ",".join(str(int(i)) for i in video.frame_indices)
-    key = f"video:{video.hash}:frames={frames}:size={video.resized_height}x{video.resized_width}"
-    return hash_of_hashes(key).hex()  # blake3 over the key's bytes
+    return keyed_hash(f"video:{video.hash}:frames={frames}:size={video.resized_height}x{video.resized_width}")
+
+
+def image_item_hash(image: ImageResult, defaults: ImageOptions | None) -> str:
+    """The hex id a backend caches an image's encoder output under: its bytes' hash when
+    it was preprocessed with the model's default options (``defaults``, or unknown), else
+    blake3 over ``image:<bytes hash>:`` and its effective options (``name=value``, by name,
+    comma-separated), since other pixel bounds or another detail make other pixels."""
+    options = image.options
+    if defaults is None or options is None or options == defaults:
+        return image.hash
+    fields = ",".join(f"{k}={v}" for k, v in sorted(options.as_dict().items()))
+    return keyed_hash(f"image:{image.hash}:{fields}")
 
 
 def _pixel_dtype(backend: str, options: WireOptions) -> str:
@@ -381,7 +400,7 @@ _SGLANG_PIXELS = wire.field_path(pb.BackendPayload, ("sglang", "pixel_values", "
 
 
 def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInputs, place: _Placer,
-                dtype: str = "float32") -> None:
+                dtype: str = "float32", image_defaults: ImageOptions | None = None) -> None:
     msg = into
     _check_vllm_items(out, field_layout)
     key = getattr(field_layout, "encoder_input_key", "") or "pixel_values"
@@ -392,7 +411,7 @@ def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInp
     msg.modality = common_pb2.IMAGE
     if key != "pixel_values":
         msg.encoder_input_key = key
-    msg.mm_hashes.extend(im.hash for im in out.images)
+    msg.mm_hashes.extend(image_item_hash(im, image_defaults) for im in out.images)
     place.large(msg.pixel_values, _VLLM_PIXELS, out.pixel_values, dtype, whole=True)
     for name, arr in out.tensors.items():
         place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
@@ -506,28 +525,30 @@ class _Source:
     tensors: dict
     layout: object  # FieldLayout
     token_id: int
+    item_hash: Callable  # result -> its hex item id (``image_item_hash`` / ``video_item_hash``)
 
 
-def _ts_sources(out, field_layout, video_field_layout) -> list[_Source]:
+def _ts_sources(out, field_layout, video_field_layout, image_defaults=None) -> list[_Source]:
     sources = []
     if out.images:
         sources.append(_Source(common_pb2.IMAGE, out.images, out.pixel_values, "pixel_values", out.tensors,
-                               field_layout, out.image_token_id))
+                               field_layout, out.image_token_id, lambda im: image_item_hash(im, image_defaults)))
     if videos_of(out):
         if video_field_layout is None:
             raise PreprocessError(Code.INTERNAL, "this model declares no layout for its video tensors")
         sources.append(_Source(common_pb2.VIDEO, videos_of(out), out.pixel_values_videos, "pixel_values_videos",
-                               dict(out.video_tensors), video_field_layout, out.video_token_id))
+                               dict(out.video_tensors), video_field_layout, out.video_token_id, video_item_hash))
     return sources
 
 
 def tokenspeed_inputs(out: PreprocessOutput, field_layout, into: tokenspeed_pb.MultimodalInputs, place: _Placer,
-                      dtype: str = "bfloat16", video_field_layout=None) -> None:
+                      dtype: str = "bfloat16", video_field_layout=None, image_defaults: ImageOptions | None = None
+                      ) -> None:
     """One item per image and per video, in prompt order. The items go into the tail (each
     item's serialized bytes with its encoder input appended inside it), so the head holds
     an empty MultimodalInputs."""
     into.SetInParent()
-    sources = _ts_sources(out, field_layout, video_field_layout)
+    sources = _ts_sources(out, field_layout, video_field_layout, image_defaults)
     whole = len(out.images) == 1 and not videos_of(out)  # the staged image tensor is this one item
     items = []
     for src in sources:
@@ -544,7 +565,7 @@ def _ts_item(src: _Source, res, i: int, place: _Placer, dtype: str, whole: bool)
     item = tokenspeed_pb.MultimodalItem()
     item.modality = src.modality
     video = src.modality == common_pb2.VIDEO
-    item.content_hash = content_hash(video_item_hash(res) if video else res.hash)
+    item.content_hash = content_hash(src.item_hash(res))
     item.placeholder_token_id = _token_id(src.token_id)
     for offset, length in res.patch_ranges or (res.structural_range,):
         item.placeholders.add(offset=offset, length=length)

@@ -58,6 +58,7 @@ class Kept:
     staged: object = None  # shm.Segment holding output.pixel_values (Preprocess asked for SHM)
     segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
     video_field_layout: object = None  # the family's layout of the video tensors (with videos)
+    image_defaults: ImageOptions | None = None  # an image's effective options when it asks none
 
     def all_segments(self) -> list:
         return [s for s in (self.staged, *self.segments) if s is not None]
@@ -362,7 +363,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
             if job.keep:
                 kept = Kept(req.model.name, out, req.model.field_layout,
-                            video_field_layout=req.model.family.video_field_layout)
+                            video_field_layout=req.model.family.video_field_layout,
+                            image_defaults=_image_defaults(req.model))
                 resp.handle = self._keep(kept)
                 kept.staged = stager.keep(resp.handle) if stager is not None else None
         except BaseException:
@@ -374,7 +376,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             return _Done(out, resp, resp.handle, 0.0, (time.perf_counter() - t0) * 1e3)
         try:
             wire_bytes, assemble_ms = self._serialized_with_payload(
-                resp, out, (req.model.field_layout, req.model.family.video_field_layout), job.backend, job.rec.t0,
+                resp, out, (req.model.field_layout, req.model.family.video_field_layout, _image_defaults(req.model)),
+                job.backend, job.rec.t0,
                 job.resolved, stager.segment if stager is not None else None, kept)
         except BaseException:
             self._drop_kept(resp.handle)
@@ -388,10 +391,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     def _serialized_with_payload(self, resp, out: PreprocessOutput, layouts: tuple, backend, t0: float,
                                  resolved: Resolved, staged, kept: "Kept | None") -> tuple[bytes, float]:
         """(``resp`` with the payload for ``backend``, serialized; ms spent assembling).
-        ``layouts``: the model's (image, video) field layouts."""
+        ``layouts``: the model's (image, video) field layouts and its images' default options."""
         ta = time.perf_counter()
         assembled = asm.assemble(out, backend, layouts[0], into=resp.payload, options=resolved.wire,
-                                 arena=self.transport.arena, staged=staged, video_field_layout=layouts[1])
+                                 arena=self.transport.arena, staged=staged, video_field_layout=layouts[1],
+                                 image_defaults=layouts[2])
         now = time.perf_counter()
         assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
         resp.timings.total_ms = (now - t0) * 1e3
@@ -449,7 +453,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         resp = pb.AssembleResponse()
         assembled = asm.assemble(kept.output, backend, kept.field_layout, into=resp.payload, options=resolved.wire,
                                  arena=self.transport.arena, staged=kept.staged,
-                                 video_field_layout=kept.video_field_layout)
+                                 video_field_layout=kept.video_field_layout, image_defaults=kept.image_defaults)
         data = self.transport.serialize(resp, assembled)
         kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
         return data
@@ -640,6 +644,12 @@ def _cancelled(context) -> bool:
         return bool(context.cancelled())
     except Exception:
         return False
+
+
+def _image_defaults(pp: Preprocessor) -> ImageOptions:
+    """The effective options of an image the request asks nothing of: an image whose own
+    differ is another encoder input, keyed apart in the payload (``asm.image_item_hash``)."""
+    return pp.family.effective_options(None)
 
 
 def _timed(fn, *args):
