@@ -9,9 +9,9 @@ Failures raise ``grpc.RpcError`` (``.code()``, ``.details()``) as the server sen
 
 Per-image options (``image_options(detail="low")``, for the request or per image with
 ``media_item(image, options=...)``) and ``Client.plan`` (what Preprocess would produce,
-from the headers alone). ``Client(..., media_ids=True)`` sends each image given as bytes
-by its blake3 hash first and resends as data only the images the server does not hold
-(it answers NOT_FOUND listing them), so a repeated image is not uploaded again.
+from the headers alone). ``Client(..., media_ids=True)`` sends each image and video given
+as bytes by its blake3 hash first and resends as data only those the server does not hold
+(it answers NOT_FOUND listing them), so a repeated image or video is not uploaded again.
 
 Videos (docs/VIDEO.md) go beside the images: ``preprocess(model, images, ids,
 videos=[Path("clip.mp4")], video_options=video_options(fps=2))``, each a bytes /
@@ -56,6 +56,8 @@ _TRANSPORTS = {"inline": pb.TENSOR_TRANSPORT_INLINE, "shm": pb.TENSOR_TRANSPORT_
 _DETAILS = {"auto": pb.DETAIL_AUTO, "low": pb.DETAIL_LOW, "high": pb.DETAIL_HIGH}
 #: The trailing metadata a NOT_FOUND for media ids lists the missing images in ("0,2").
 MISSING_MEDIA_KEY = "sglang-mm-missing-media"
+#: ... and the missing videos (their indexes in ``PreprocessRequest.videos``).
+MISSING_VIDEOS_KEY = "sglang-mm-missing-videos"
 
 
 def backend_value(backend) -> int:
@@ -176,15 +178,21 @@ def media_item(image, *, options=None, bind_id: str = "") -> pb.MediaItem:
     return item
 
 
-def missing_media(error: grpc.RpcError) -> list[int] | None:
-    """The image indexes a NOT_FOUND for media ids names (its trailing metadata), else None."""
+def missing_media(error: grpc.RpcError, key: str = MISSING_MEDIA_KEY) -> list[int] | None:
+    """The image indexes a NOT_FOUND for media ids names (its trailing metadata), else
+    None; with ``key=MISSING_VIDEOS_KEY`` the video indexes (``missing_videos``)."""
     if error.code() != grpc.StatusCode.NOT_FOUND:
         return None
-    for key, value in error.trailing_metadata() or ():
-        if key == MISSING_MEDIA_KEY:
+    for name, value in error.trailing_metadata() or ():
+        if name == key:
             text = value.decode() if isinstance(value, bytes) else value
             return [int(i) for i in text.split(",") if i.strip()]
     return None
+
+
+def missing_videos(error: grpc.RpcError) -> list[int] | None:
+    """The video indexes a NOT_FOUND for media ids names, else None."""
+    return missing_media(error, MISSING_VIDEOS_KEY)
 
 
 def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.ndarray]:
@@ -234,12 +242,12 @@ class Client:
         ``channel_options``: more grpc channel arguments, e.g. ``[("grpc.use_local_subchannel_pool",
         1)]`` for a connection of its own (channels to one target otherwise share one, which
         ``serve --processes`` then cannot spread over its processes).
-        ``media_ids``: send images given as bytes (or a ``Path``) by their blake3 hash
-        (``MediaItem.media_id``) and resend as data, at once and once, those the server
-        answers it does not hold. True (or "always"): every such image goes by its hash
-        first (the server may hold it from any caller; a new image costs one small extra
-        call); "known": only images this client has sent before (the ``media_memory``
-        latest), the others as data. False: always as data."""
+        ``media_ids``: send images and videos given as bytes (or a ``Path``) by their
+        blake3 hash (``MediaItem.media_id``) and resend as data, at once and once, those
+        the server answers it does not hold. True (or "always"): every such item goes by
+        its hash first (the server may hold it from any caller; a new one costs one small
+        extra call); "known": only items this client has sent before (the
+        ``media_memory`` latest), the others as data. False: always as data."""
         self.target = target if isinstance(target, str) else ",".join(target)
         self.timeout = timeout
         self.endpoints = Endpoints(
@@ -304,10 +312,9 @@ class Client:
             max_image_tokens=max_image_tokens or 0,
             payload_options=options,
             image_options=_image_options_message(image_options),
-            videos=[video_item(v) for v in videos],
             video_options=_video_options_message(video_options),
         )
-        return self._with_media("Preprocess", req, images, self._timeout(timeout))
+        return self._with_media("Preprocess", req, images, self._timeout(timeout), videos)
 
     def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
              timeout: float | None = None, max_image_tokens: int | None = None,
@@ -320,48 +327,65 @@ class Client:
         req = pb.PreprocessRequest(request_id=request_id, model=model, input_ids=list(input_ids or ()),
                                    max_image_tokens=max_image_tokens or 0,
                                    image_options=_image_options_message(image_options),
-                                   videos=[video_item(v) for v in videos],
                                    video_options=_video_options_message(video_options))
-        return self._with_media("Plan", req, images, self._timeout(timeout))
+        return self._with_media("Plan", req, images, self._timeout(timeout), videos)
 
-    def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout):
-        """Call ``method`` with the images; with ``media_ids``, bytes go by hash and the ones
-        the server does not hold are sent again as data (each at most once: an id that the
-        server held at first and lost before the resend is resent too)."""
-        byte_images: dict[int, bytes] = {}  # index -> bytes sent by hash (for a resend)
-        hashes: dict[int, str] = {}
-        for i, image in enumerate(images):
-            raw = self.media_ids and isinstance(image, (bytes, bytearray, memoryview, Path))
-            item = None if raw else media_item(image)
-            if item is not None and not (self.media_ids and item.WhichOneof("source") == "data" and not item.bind_id):
-                req.images.append(item)
-                continue
-            # bytes this call may send by their hash
-            data = item.data if item is not None else image.read_bytes() if isinstance(image, Path) else image
-            digest = hashes[i] = content_hash(data)
-            if self.media_ids == "always" or self._was_sent(digest):
-                byte_images[i] = data
-                by_id = req.images.add(media_id=digest)
-                if item is not None and item.HasField("options"):
-                    by_id.options.CopyFrom(item.options)
-            elif item is not None:
-                req.images.append(item)
-            else:
-                req.images.add(data=bytes(data))
+    def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout, videos: Iterable = ()):
+        """Call ``method`` with the images and videos; with ``media_ids``, bytes go by hash
+        and the ones the server does not hold (its trailers list images and videos apart)
+        are sent again as data (each at most once: an id that the server held at first and
+        lost before the resend is resent too)."""
+        digests: list[str] = []
+        by_hash = {  # field -> {index: (bytes, hash)} of the items sent by hash (for a resend)
+            "images": self._add_items(req.images, images, media_item, "options", digests),
+            "videos": self._add_items(req.videos, videos, video_item, "video_options", digests),
+        }
         while True:
             try:
                 resp = self.endpoints.call_any(method, req, timeout)
                 break
             except grpc.RpcError as e:
-                missing = missing_media(e) if byte_images else None
-                if not missing or any(i not in byte_images for i in missing):
+                if not any(by_hash.values()):
+                    raise
+                missing = {"images": missing_media(e) or [], "videos": missing_videos(e) or []}
+                if not any(missing.values()) or any(i not in by_hash[f] for f, ix in missing.items() for i in ix):
                     raise  # not ids sent for bytes this call has
-                for i in missing:  # as data from now on (the loop ends: each image goes once)
-                    req.images[i].ClearField("media_id")
-                    req.images[i].data = bytes(byte_images.pop(i))
-                    self._forget(hashes[i])
-        self._remember(hashes.values())
+                for f, ix in missing.items():  # as data from now on (the loop ends: each item goes once)
+                    for i in ix:
+                        data, digest = by_hash[f].pop(i)
+                        item = getattr(req, f)[i]
+                        item.ClearField("media_id")
+                        item.data = bytes(data)
+                        self._forget(digest)
+        self._remember(digests)
         return resp
+
+    def _add_items(self, into, sources: Iterable, make_item, options_field: str, digests: list) -> dict:
+        """Append each source's MediaItem to ``into`` (``req.images`` / ``req.videos``):
+        with ``media_ids``, bytes (not bound to a client id) by their hash when
+        ``media_ids`` says so. Returns {index: (bytes, hash)} of those sent by hash;
+        ``digests`` gets every hash computed."""
+        by_hash: dict[int, tuple] = {}
+        for i, source in enumerate(sources):
+            raw = self.media_ids and isinstance(source, (bytes, bytearray, memoryview, Path))
+            item = None if raw else make_item(source)
+            if item is not None and not (self.media_ids and item.WhichOneof("source") == "data" and not item.bind_id):
+                into.append(item)
+                continue
+            # bytes this call may send by their hash
+            data = item.data if item is not None else source.read_bytes() if isinstance(source, Path) else source
+            digest = content_hash(data)
+            digests.append(digest)
+            if self.media_ids == "always" or self._was_sent(digest):
+                by_hash[i] = (data, digest)
+                by_id = into.add(media_id=digest)
+                if item is not None and item.HasField(options_field):
+                    getattr(by_id, options_field).CopyFrom(getattr(item, options_field))
+            elif item is not None:
+                into.append(item)
+            else:
+                into.add(data=bytes(data))
+        return by_hash
 
     def _was_sent(self, digest: str) -> bool:
         with self._sent_lock:
