@@ -147,13 +147,14 @@ class QwenVL(Family[Grid]):
             keep_on_cpu=("image_grid_thw",),
         )
         # vLLM qwen2_vl.py _create_qwen2vl_field_factory: pixel_values_videos=flat_from_sizes("video",
-        # video_grid_sizes), video_grid_thw=batched("video", keep_on_cpu=True); qwen2_5_vl.py adds
-        # second_per_grid_ts=batched("video"); qwen3_vl.py uses the qwen2_vl factory.
+        # video_grid_sizes) (sizes: video_grid_thw.prod(-1)), video_grid_thw=batched("video", keep_on_cpu=True);
+        # qwen2_5_vl.py Qwen2_5_VLMultiModalProcessor._get_mm_fields_config adds
+        # second_per_grid_ts=batched("video", keep_on_cpu=True); qwen3_vl.py uses the qwen2_vl factory.
         video = config.video
+        spg = ("second_per_grid_ts",) if video is not None and video.tokens_per_second is not None else ()
         self.video_field_layout = None if video is None else FieldLayout(
-            batched=("video_grid_thw", "patches_per_video") + (
-                ("second_per_grid_ts",) if video.tokens_per_second is not None else ()),
-            flat={"pixel_values_videos": "patches_per_video"}, keep_on_cpu=("video_grid_thw",),
+            batched=("video_grid_thw", "patches_per_video", *spg),
+            flat={"pixel_values_videos": "patches_per_video"}, keep_on_cpu=("video_grid_thw", *spg),
             encoder_input_key="pixel_values_videos",
         )
         self.video_token_id = video.video_token_id if video is not None else None
