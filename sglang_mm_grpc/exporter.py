@@ -49,6 +49,7 @@ class SnapshotCollector:
         yield steps
 
         yield _stage_histogram(s)
+        yield from _video_metrics(s.video)
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -117,9 +118,27 @@ def _cache_and_store_metrics(s):
         yield _counter("media_evictions", "Encoded images evicted from the media store.", m.evictions)
 
 
+def _video_metrics(v):
+    yield _counter("videos", "Videos in successful Preprocess calls.", v.videos)
+    yield _counter("video_bytes", "Encoded bytes of those videos.", v.video_bytes)
+    yield _counter("video_frames", "Frames sampled from those videos and decoded into pixels.", v.frames)
+    yield _counter("videos_planned", "Videos in successful Plan calls (nothing decoded).", v.planned)
+    refusals = CounterMetricFamily(PREFIX + "video_refusals", "Calls that failed because of a video, by cause.",
+                                   labels=["cause"])
+    for cause, n in sorted(v.refusals.items()):
+        refusals.add_metric([cause], n)
+    yield refusals
+    yield _histogram("video_stage_seconds", "Video decode and processing time per successful Preprocess with "
+                     "videos (summed over its videos).", v.stages)
+
+
 def _stage_histogram(s) -> HistogramMetricFamily:
-    hist = HistogramMetricFamily(PREFIX + "stage_seconds", "Latency of each stage of successful calls.", labels=["stage"])
-    for stage, h in s.stages.items():
+    return _histogram("stage_seconds", "Latency of each stage of successful calls.", s.stages)
+
+
+def _histogram(name: str, doc: str, stages: dict) -> HistogramMetricFamily:
+    hist = HistogramMetricFamily(PREFIX + name, doc, labels=["stage"])
+    for stage, h in stages.items():
         cumulative, buckets = 0, []
         for bound, n in zip((*BUCKETS_MS, float("inf")), h.counts):
             cumulative += n

@@ -16,9 +16,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .errors import Code, PreprocessError
+
 #: Stages every request log line and histogram reports, in order. ``queue`` is time
 #: spent waiting for a worker; decode is summed over images (they run in parallel).
 STAGES = ("fetch", "queue", "decode", "process", "layout", "assemble", "total")
+#: Per successful Preprocess with videos: decoding their sampled frames, and resizing,
+#: normalizing and patchifying them (each summed over the call's videos).
+VIDEO_STAGES = ("video_decode", "video_process")
 #: Histogram upper bounds (ms); one more bucket holds everything slower.
 BUCKETS_MS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
 
@@ -69,6 +74,27 @@ class RequestRecord:
     handle: str = ""
     stages_ms: dict[str, float] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
+    videos: int = 0
+    video_bytes: int = 0
+    video_frames: int = 0  # sampled (decoded into pixels), in a successful Preprocess
+    video_ms: dict[str, float] = field(default_factory=dict)  # VIDEO_STAGES
+    video_refusal: str = ""  # why a call with videos failed because of one (``video_refusal_cause``)
+
+
+@dataclass
+class VideoCounts:
+    """Video counters since start (``GetStatsResponse.video``)."""
+
+    videos: int = 0  # in successful Preprocess calls
+    video_bytes: int = 0
+    frames: int = 0  # sampled from them and decoded into pixel_values_videos
+    planned: int = 0  # in successful Plan calls
+    refusals: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, Histogram] = field(default_factory=lambda: {s: Histogram() for s in VIDEO_STAGES})
+
+    def copy(self) -> "VideoCounts":
+        return VideoCounts(self.videos, self.video_bytes, self.frames, self.planned, dict(self.refusals),
+                           {k: h.copy() for k, h in self.stages.items()})
 
 
 @dataclass
@@ -91,6 +117,7 @@ class Snapshot:
     work_busy: int = 0
     image_steps: int = 0
     image_steps_skipped: int = 0
+    video: VideoCounts = field(default_factory=VideoCounts)
 
 
 class Metrics:
@@ -104,6 +131,7 @@ class Metrics:
         self._images = 0
         self._image_bytes = 0
         self._stages = {s: Histogram() for s in STAGES}
+        self._video = VideoCounts()
 
     def started_call(self, method: str) -> None:
         with self._lock:
@@ -121,8 +149,25 @@ class Metrics:
                     self._image_bytes += rec.bytes
                 for stage, ms in rec.stages_ms.items():
                     self._stages[stage].observe(ms)
+            if rec.videos:
+                self._count_videos(rec, code)
         if request_log.isEnabledFor(logging.INFO):
             request_log.info("%s", log_line(rec, code, message))
+
+    def _count_videos(self, rec: RequestRecord, code: str) -> None:
+        """A call with videos (under the lock): what it preprocessed, or why it failed."""
+        v = self._video
+        if code != "OK":
+            if rec.video_refusal:
+                v.refusals[rec.video_refusal] = v.refusals.get(rec.video_refusal, 0) + 1
+        elif rec.method == "Plan":
+            v.planned += rec.videos
+        elif rec.method == "Preprocess":
+            v.videos += rec.videos
+            v.video_bytes += rec.video_bytes
+            v.frames += rec.video_frames
+            for stage, ms in rec.video_ms.items():
+                v.stages[stage].observe(ms)
 
     def snapshot(self, **parts) -> Snapshot:
         with self._lock:
@@ -133,6 +178,7 @@ class Metrics:
                 images=self._images,
                 image_bytes=self._image_bytes,
                 stages={s: h.copy() for s, h in self._stages.items()},
+                video=self._video.copy(),
                 **parts,
             )
 
@@ -149,6 +195,11 @@ def log_line(rec: RequestRecord, code: str, message: str = "") -> str:
         "ms": {s: round(rec.stages_ms[s], 3) for s in STAGES if s in rec.stages_ms},
         "status": code,
     }
+    if rec.videos:
+        entry["videos"] = rec.videos
+        entry["video_bytes"] = rec.video_bytes
+        if rec.video_ms:
+            entry["video_ms"] = {s: round(ms, 3) for s, ms in rec.video_ms.items()}
     if rec.backend:
         entry["backend"] = rec.backend
     if rec.handle:
@@ -156,3 +207,35 @@ def log_line(rec: RequestRecord, code: str, message: str = "") -> str:
     if message:
         entry["error"] = message[:512]
     return json.dumps(entry, separators=(",", ":"))
+
+
+#: RESOURCE_EXHAUSTED causes, as the video limits' errors name them (the first found wins).
+_VIDEO_LIMITS = (("tokens per video", "max_tokens"), ("max_videos", "max_videos"), ("video_max_bytes", "max_bytes"),
+                 ("(max_bytes)", "max_bytes"), ("max_duration_s", "max_duration_s"),
+                 ("max_sampled_frames", "max_sampled_frames"), ("max_decoded_frames", "max_decoded_frames"),
+                 ("max_frame_pixels", "max_frame_pixels"))
+
+
+def video_refusal_cause(e: PreprocessError) -> str:
+    """Why a call with videos failed, when a video (or the request's videos) made it fail:
+    the limit's name (max_videos, max_bytes, max_duration_s, max_decoded_frames,
+    max_sampled_frames, max_frame_pixels, max_tokens), decode_timeout, invalid (a
+    corrupt or unreadable video, refused options, placeholders), no_pyav, model (takes no
+    video), backend (SGLang, TensorRT-LLM), else the status code in lower case; "" when
+    the failure is not about a video (an image's, the server's, a media id not held)."""
+    message = e.message
+    if e.kind != "video" and "video" not in message:
+        return ""
+    if e.code is Code.RESOURCE_EXHAUSTED:
+        return next((cause for needle, cause in _VIDEO_LIMITS if needle in message), "resource_exhausted")
+    if e.code is Code.DEADLINE_EXCEEDED and e.kind == "video":
+        return "decode_timeout"
+    if e.code is Code.INVALID_ARGUMENT:
+        return "invalid"
+    if e.code is Code.FAILED_PRECONDITION:
+        if "`video` extra" in message:
+            return "no_pyav"
+        return "backend" if "cannot take this request" in message else "model"
+    if e.code is Code.NOT_FOUND:
+        return ""  # media ids not held: GetStats.media counts them
+    return e.code.value.lower()

@@ -34,7 +34,7 @@ from .driver import Preprocessor
 from .errors import Code, PreprocessError
 from .media.sources import describe as describe_source
 from .media_store import MediaStore, MissingMedia, check_client_id, is_hash_id
-from .metrics import BUCKETS_MS, Metrics, RequestRecord, Snapshot
+from .metrics import BUCKETS_MS, VIDEO_STAGES, Metrics, RequestRecord, Snapshot, video_refusal_cause
 from .store import HandleStore, TooLarge
 from .transport import Resolved, Transport
 
@@ -128,11 +128,12 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     # -- RPCs ----------------------------------------------------------------------------
 
     async def Preprocess(self, request: pb.PreprocessRequest, context) -> pb.PreprocessResponse:
-        rec = RequestRecord("Preprocess", request_id=request.request_id, model=request.model)
+        rec = RequestRecord("Preprocess", request_id=request.request_id, model=request.model,
+                            videos=len(request.videos))
         return await self._run(context, rec, self._preprocess, request, context, admit=True)
 
     async def Plan(self, request: pb.PreprocessRequest, context) -> pb.PlanResponse:
-        rec = RequestRecord("Plan", request_id=request.request_id, model=request.model)
+        rec = RequestRecord("Plan", request_id=request.request_id, model=request.model, videos=len(request.videos))
         return await self._run(context, rec, self._plan, request, context, admit=True)
 
     async def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
@@ -201,8 +202,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         else:
             raw = await self.fetch(media.sources, deadline.at)
         rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
-        rec.bytes = sum(len(b) for b in raw)
         n = len(media.sources)
+        rec.bytes = sum(len(b) for b in raw[:n])
+        rec.video_bytes = sum(len(b) for b in raw[n:])
         return _Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
                         _Videos(raw[n:], vmedia, video_options, per_video), deadline.at)
 
@@ -326,6 +328,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         timings = done.output.timings_ms
         for stage in ("decode", "process", "layout"):
             rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
+        if done.output.videos:
+            rec.video_ms = {stage: float(timings.get(f"{stage}_ms", 0.0)) for stage in VIDEO_STAGES}
+            rec.video_frames = sum(len(v.frame_indices) for v in done.output.videos)
         rec.stages_ms["assemble"] = done.assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - done.work_ms)
         if deadline.at is not None and time.monotonic() >= deadline.at:
@@ -611,6 +616,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             return await fn(*args, rec=rec, ticket=ticket)
         except PreprocessError as e:
             code, message = e.code.value, e.message
+            rec.video_refusal = video_refusal_cause(e) if rec.videos else ""
             log.debug("%s: %s", e.code.value, e.message)
             finish()
             trailing = getattr(e, "trailing", None)
@@ -903,4 +909,10 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
         )
     for stage, h in s.stages.items():
         resp.stages.add(stage=stage, count=h.count, sum_ms=h.sum_ms, upper_bounds_ms=BUCKETS_MS, bucket_counts=h.counts)
+    v = s.video
+    resp.video.CopyFrom(pb.VideoStats(videos=v.videos, video_bytes=v.video_bytes, frames=v.frames, planned=v.planned,
+                                      refusals=v.refusals))
+    for stage, h in v.stages.items():
+        resp.video.stages.add(stage=stage, count=h.count, sum_ms=h.sum_ms, upper_bounds_ms=BUCKETS_MS,
+                              bucket_counts=h.counts)
     return resp

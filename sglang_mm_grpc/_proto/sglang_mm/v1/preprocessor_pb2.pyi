@@ -615,8 +615,31 @@ class WorkStats(_message.Message):
     image_steps_skipped: int
     def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ...) -> None: ...
 
+class VideoStats(_message.Message):
+    __slots__ = ("videos", "video_bytes", "frames", "planned", "refusals", "stages")
+    class RefusalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    VIDEOS_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    videos: int
+    video_bytes: int
+    frames: int
+    planned: int
+    refusals: _containers.ScalarMap[str, int]
+    stages: _containers.RepeatedCompositeFieldContainer[LatencyHistogram]
+    def __init__(self, videos: _Optional[int] = ..., video_bytes: _Optional[int] = ..., frames: _Optional[int] = ..., planned: _Optional[int] = ..., refusals: _Optional[_Mapping[str, int]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ...) -> None: ...
+
 class GetStatsResponse(_message.Message):
-    __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages", "media")
+    __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages", "media", "video")
     class RequestsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -638,6 +661,7 @@ class GetStatsResponse(_message.Message):
     WORK_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
     MEDIA_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_FIELD_NUMBER: _ClassVar[int]
     uptime_s: float
     in_flight: int
     max_in_flight: int
@@ -652,4 +676,5 @@ class GetStatsResponse(_message.Message):
     work: WorkStats
     stages: _containers.RepeatedCompositeFieldContainer[LatencyHistogram]
     media: MediaStoreStats
-    def __init__(self, uptime_s: _Optional[float] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., rejected_busy: _Optional[int] = ..., requests: _Optional[_Mapping[str, int]] = ..., statuses: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., images: _Optional[int] = ..., image_bytes: _Optional[int] = ..., fetch: _Optional[_Union[FetchStats, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., store: _Optional[_Union[StoreStats, _Mapping]] = ..., work: _Optional[_Union[WorkStats, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., media: _Optional[_Union[MediaStoreStats, _Mapping]] = ...) -> None: ...
+    video: VideoStats
+    def __init__(self, uptime_s: _Optional[float] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., rejected_busy: _Optional[int] = ..., requests: _Optional[_Mapping[str, int]] = ..., statuses: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., images: _Optional[int] = ..., image_bytes: _Optional[int] = ..., fetch: _Optional[_Union[FetchStats, _Mapping]] = ..., cache: _Optional[_Union[CacheStats, _Mapping]] = ..., store: _Optional[_Union[StoreStats, _Mapping]] = ..., work: _Optional[_Union[WorkStats, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., media: _Optional[_Union[MediaStoreStats, _Mapping]] = ..., video: _Optional[_Union[VideoStats, _Mapping]] = ...) -> None: ...
