@@ -52,13 +52,20 @@ SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-sen
          ("--store-bytes", ServerConfig, "store_bytes"), ("--cache-bytes", ServerConfig, "cache_bytes"),
          ("--media-store-bytes", ServerConfig, "media_store_bytes"),
          ("--request-byte-budget", FetchPolicy, "request_byte_budget"),
-         ("--max-remote-bytes", FetchPolicy, "max_remote_bytes")]
+         ("--max-remote-bytes", FetchPolicy, "max_remote_bytes"),
+         ("--video-max-bytes", ServerConfig, "video_max_bytes")]
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
            ("--max-images", ServerConfig, "max_images"), ("--max-image-tokens", ServerConfig, "max_image_tokens"),
            ("--max-redirects", FetchPolicy, "max_redirects"),
            ("--processes", ServerConfig, "processes"), ("--drain-delay", ServerConfig, "drain_delay_s"),
-           ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches")]
+           ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches"),
+           ("--max-videos", ServerConfig, "max_videos"), ("--max-video-tokens", ServerConfig, "max_video_tokens"),
+           ("--video-max-duration", ServerConfig, "video_max_duration_s"),
+           ("--video-max-decoded-frames", ServerConfig, "video_max_decoded_frames"),
+           ("--video-max-sampled-frames", ServerConfig, "video_max_sampled_frames"),
+           ("--video-max-frame-pixels", ServerConfig, "video_max_frame_pixels"),
+           ("--video-decode-timeout", ServerConfig, "video_decode_timeout_s")]
 
 
 @pytest.mark.parametrize("flag, cls, name", SIZES, ids=[s[0] for s in SIZES])
