@@ -34,10 +34,12 @@ def _frame(i: int, h: int, w: int, rng: np.random.Generator, noise: float) -> np
 
 def clip(frames: int = 12, fps: float = 24, size: tuple[int, int] = (64, 96), codec: str = "h264",
          container: str = "mp4", rotation: int = 0, vfr: bool = False, gop: int | None = None, noise: float = 0.0,
-         seed: int = 0, crf: int = 23, audio: bool = False) -> bytes:
+         seed: int = 0, crf: int = 23, audio: bool = False, x264: dict | None = None) -> bytes:
     """An encoded clip of ``frames`` frames at ``fps`` (h, w = ``size``; even sizes for
     yuv420p). ``rotation``: a display matrix on the stream (degrees). ``vfr``: frame
-    durations vary (1, 2 or 3 ticks of 1/(fps*2)). ``gop``: keyframe interval."""
+    durations vary (1, 2 or 3 ticks of 1/(fps*2)). ``gop``: keyframe interval. ``x264``:
+    libx264 options over the defaults here (e.g. ``{"preset": "medium"}`` for x264's own
+    defaults, ``{"x264-params": "open-gop=1"}``)."""
     import av
 
     rng = np.random.default_rng(seed)
@@ -48,7 +50,7 @@ def clip(frames: int = 12, fps: float = 24, size: tuple[int, int] = (64, 96), co
         stream = out.add_stream("libx264" if codec == "h264" else codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         if codec == "h264":
-            stream.options = {"crf": str(crf), "preset": "veryfast"}
+            stream.options = {"crf": str(crf), "preset": "veryfast", **(x264 or {})}
         if gop is not None:
             stream.codec_context.gop_size = gop
         if vfr:
@@ -155,7 +157,7 @@ def _raw_avi(frames: int = 4, size: int = 64) -> bytes:
 #: name -> (the status code it gets, a word its message holds)
 HOSTILE = {
     "truncated": ("INVALID_ARGUMENT", "container"),
-    "truncated_faststart": ("INVALID_ARGUMENT", "fewer frames"),
+    "truncated_faststart": ("INVALID_ARGUMENT", "corrupt"),
     "corrupt": ("INVALID_ARGUMENT", "container"),
     "garbage_payload": ("INVALID_ARGUMENT", ""),
     "claims_10M_frames": ("RESOURCE_EXHAUSTED", "max_decoded_frames"),

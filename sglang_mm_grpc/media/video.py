@@ -29,6 +29,7 @@ import numpy as np
 
 from ..carriers import VideoMeta
 from ..errors import Code, PreprocessError
+from . import video_index
 
 INSTALL_HINT = ("video needs the `video` extra: pip install 'sglang-mm-grpc[video]' "
                 "(./scripts/serve and ./scripts/test install it)")
@@ -139,41 +140,36 @@ def _rotation(stream) -> int:
 
 
 def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLimits = VideoLimits(),
-           item: int | None = None, deadline: float | None = None, rotation: list | None = None
+           item: int | None = None, deadline: float | None = None, rotation: list | None = None,
+           threads: str | None = None, sequential: bool = False, stats: dict | None = None
            ) -> Iterator[np.ndarray]:
     """uint8 [H, W, 3] for each of ``indices`` (ascending; repeats yield the same frame
     again), numbered as ``read_video_pyav`` numbers them. ``deadline``: a
     ``time.monotonic()`` value the decode must end by (with ``limits.decode_timeout_s``,
-    the earlier wins). ``rotation``: a list the first frame's rotation is appended to."""
+    the earlier wins). ``rotation``: a list the first frame's rotation is appended to.
+    ``threads``: the decoder's thread_type (None: PyAV's default, as HF decodes).
+    ``sequential``: decode every frame in order even where the stream is indexed.
+    ``stats``: a dict given ``path`` ("indexed" or "sequential"), ``decoded`` (frames the
+    decoder returned) and ``fed`` (packets given to the decoder) as decoding goes."""
     av = _av()
     if len(indices) > limits.max_sampled_frames:
         raise _exhausted("sampling takes", f"{len(indices)} frames", limits.max_sampled_frames,
                          "max_sampled_frames", item)
     if not len(indices):
         return
-    budget = _budget(limits, deadline)
-    wanted = np.asarray(indices, dtype=np.int64)
-    last = int(wanted[-1])
-    container = _open(av, data, item)
-    try:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"  # frame threads: the same frames, decoded sooner
-        k = 0  # next position in ``wanted``
-        for i, frame in enumerate(_decoded(av, container, stream, limits, budget, item)):
-            if rotation is not None and i == 0:
-                rotation.append(int(getattr(frame, "rotation", 0) or 0) % 360)
-            if i < wanted[k]:
-                continue
-            rgb = _rgb(frame, meta, item)
-            while k < len(wanted) and wanted[k] == i:
-                yield rgb
-                k += 1
-            if i >= last:
-                return
+    job = _Job(av, data, np.asarray(indices, dtype=np.int64), meta, limits, item, _budget(limits, deadline), threads,
+               stats if stats is not None else {})
+    k = 0  # next position in ``job.wanted``
+    for i, frame in job.picked(sequential):
+        if rotation is not None and not rotation:
+            rotation.append(int(getattr(frame, "rotation", 0) or 0) % 360)
+        rgb = _rgb(frame, meta, item)
+        while k < len(job.wanted) and job.wanted[k] == i:
+            yield rgb
+            k += 1
+    if k < len(job.wanted):
         raise _bad(f"the video stream ends after fewer frames than its header claims ({meta.total_num_frames}); "
-                   f"frame {int(wanted[k])} is missing", item)
-    finally:
-        container.close()
+                   f"frame {int(job.wanted[k])} is missing", item)
 
 
 def _budget(limits: VideoLimits, deadline: float | None) -> tuple[float, str]:
@@ -184,27 +180,138 @@ def _budget(limits: VideoLimits, deadline: float | None) -> tuple[float, str]:
     return own, f"decode_timeout_s {limits.decode_timeout_s:g} s"
 
 
-def _decoded(av, container, stream, limits: VideoLimits, budget: tuple[float, str], item: int | None):
-    """The decoder's frames in order, the packet, frame and time limits checked between packets."""
-    end, source = budget
-    packets = decoded = 0
-    try:
+class _Job:
+    """One video's decode of its sampled frames: the packet index when the stream has one
+    (only the runs of packets those frames need, frames not needed skipped where nothing
+    references them), else every frame in order; the limits counted across both passes."""
+
+    def __init__(self, av, data, wanted, meta, limits, item, budget, threads, stats):
+        self.av, self.data, self.wanted, self.meta, self.limits = av, data, wanted, meta, limits
+        self.item, self.budget, self.threads, self.stats = item, budget, threads, stats
+        self.decoded = 0
+        self.counter = video_index.Counter(limits.max_packets, budget[0], self._too_many_packets, self._late)
+
+    def _too_many_packets(self) -> PreprocessError:
+        n = self.limits.max_packets
+        return _exhausted("the stream holds over", f"{n} packets", n, "4 x max_decoded_frames + 1024 packets",
+                          self.item)
+
+    def _late(self) -> PreprocessError:
+        return PreprocessError(Code.DEADLINE_EXCEEDED, f"decoding took longer than its budget ({self.budget[1]}) "
+                               f"after {self.decoded} frames", item=self.item, kind="video")
+
+    def frame(self) -> None:
+        self.decoded += 1
+        self.stats["decoded"] = self.stats.get("decoded", 0) + 1
+        if self.decoded > self.limits.max_decoded_frames:
+            n = self.limits.max_decoded_frames
+            raise _exhausted("the stream decodes into over", f"{n} frames", n, "max_decoded_frames", self.item)
+
+    def _stream(self, container):
+        stream = container.streams.video[0]
+        if self.threads:
+            stream.thread_type = self.threads
+        return stream
+
+    def picked(self, sequential: bool):
+        """(frame number, frame) for each distinct wanted frame, in order."""
+        index = None if sequential else self._index()
+        done = 0
+        if index is not None and int(self.wanted[-1]) < index.frames:
+            expected = sorted(set(self.wanted.tolist()))
+            try:
+                for j, (i, frame) in enumerate(self._sparse(index)):
+                    if j >= len(expected) or i != expected[j]:
+                        raise _NotAsIndexed()
+                    yield i, frame
+                    done = i + 1
+                if done == expected[-1] + 1:
+                    return
+            except _NotAsIndexed:
+                pass  # the decoder disagreed with the index: decode in order from the start
+        self.counter.packets = 0
+        for i, frame in self._sequential():
+            if i >= done:
+                yield i, frame
+
+    def _index(self) -> video_index.StreamIndex | None:
+        container = _open(self.av, self.data, self.item)
+        try:
+            return video_index.build(container, container.streams.video[0], self.counter)
+        except self.av.FFmpegError:
+            return None  # the sequential decode reports it
+        finally:
+            container.close()
+
+    def _sequential(self):
+        """Every frame from the first, numbered in the decoder's order, until the last wanted."""
+        last = int(self.wanted[-1])
+        wanted = set(self.wanted.tolist())
+        self.stats.update(path="sequential", decoded=0, fed=0)
+        i = -1
+        with _open(self.av, self.data, self.item) as container:
+            stream = self._stream(container)
+            try:
+                for packet in container.demux(stream):
+                    self.counter.packet()
+                    self.stats["fed"] += 1
+                    for frame in packet.decode():
+                        self.frame()
+                        i += 1
+                        if i in wanted:
+                            yield i, frame
+                        if i >= last:
+                            return
+            except self.av.FFmpegError as e:
+                raise _bad(f"corrupt video data after {self.decoded} frames ({_why(e)})", self.item) from None
+
+    def _sparse(self, index: video_index.StreamIndex):
+        """The wanted frames from the packet runs that hold them (see ``video_index``)."""
+        number = {int(index.pts[index.by_frame[i]]): int(i) for i in set(self.wanted.tolist())}
+        runs = index.runs(self.wanted)
+        self.counter.packets = 0
+        self.stats.update(path="indexed", decoded=0, fed=0)
+        with _open(self.av, self.data, self.item) as container:
+            stream = self._stream(container)
+            cc = stream.codec_context
+            try:
+                yield from self._feed(container, stream, cc, index, runs, number)
+            except self.av.FFmpegError as e:
+                raise _bad(f"corrupt video data after {self.decoded} frames ({_why(e)})", self.item) from None
+
+    def _feed(self, container, stream, cc, index, runs, number):
+        r, pos, last_pts, out = 0, -1, None, []
         for packet in container.demux(stream):
-            packets += 1
-            if packets > limits.max_packets:
-                raise _exhausted("the stream holds over", f"{limits.max_packets} packets", limits.max_packets,
-                                 "4 x max_decoded_frames + 1024 packets", item)
-            if time.monotonic() > end:
-                raise PreprocessError(Code.DEADLINE_EXCEEDED, f"decoding took longer than its budget ({source}) "
-                                      f"after {decoded} frames", item=item, kind="video")
-            for frame in packet.decode():
-                decoded += 1
-                if decoded > limits.max_decoded_frames:
-                    raise _exhausted("the stream decodes into over", f"{limits.max_decoded_frames} frames",
-                                     limits.max_decoded_frames, "max_decoded_frames", item)
-                yield frame
-    except av.FFmpegError as e:
-        raise _bad(f"corrupt video data after {decoded} frames ({_why(e)})", item) from None
+            if packet.size == 0 and packet.pts is None:
+                continue
+            pos += 1
+            self.counter.packet()
+            if pos >= len(index.pts) or packet.pts != index.pts[pos]:
+                raise _NotAsIndexed()
+            if pos < runs[r][0]:
+                continue  # a packet no wanted frame depends on: not decoded
+            cc.skip_frame = "DEFAULT" if packet.pts in number else "NONREF"
+            self.stats["fed"] += 1
+            out = cc.decode(packet)
+            if pos == runs[r][1]:
+                out += cc.decode(None)  # the run's delayed frames
+                cc.flush_buffers()
+            for frame in out:
+                self.frame()
+                if frame.pts is None or (last_pts is not None and frame.pts <= last_pts):
+                    raise _NotAsIndexed()  # not shown in pts order
+                last_pts = frame.pts
+                if frame.pts in number:
+                    yield number[frame.pts], frame
+            if pos == runs[r][1]:
+                r += 1
+                if r == len(runs):
+                    return
+        raise _NotAsIndexed()
+
+
+class _NotAsIndexed(Exception):
+    """The decoder's frames do not match the packet index (decode in order instead)."""
 
 
 def _rgb(frame, meta: VideoMeta, item: int | None) -> np.ndarray:
