@@ -127,6 +127,24 @@ def _tiny_chunks(data: bytes, count: int) -> bytes:
     return bytes(b)
 
 
+def _decoder_spin(count: int = 1_000_000) -> bytes:
+    """An AVI (H.264) whose header claims 8 frames and whose movi list holds ``count``
+    packets of an end-of-sequence NAL unit alone after its first frame: the decoder takes
+    each without an error and without a frame (HF's loader would read all of them, a few
+    microseconds each); 14 bytes a packet, 14 MB for a million."""
+    b = bytearray(clip(frames=8, fps=24, size=(64, 64), container="avi"))
+    first = b.index(b"00dc", b.index(b"movi"))
+    movi = first + 8 + struct.unpack_from("<I", b, first + 4)[0]
+    movi += movi % 2
+    filler = b"00dc" + struct.pack("<I", 5) + b"\0\0\0\1\x0a" + b"\0"  # end of sequence, padded to even
+    b[movi:movi] = filler * count
+    riff = struct.unpack_from("<I", b, 4)[0]
+    struct.pack_into("<I", b, 4, riff + len(filler) * count)
+    lst = b.rindex(b"LIST", 0, movi)
+    struct.pack_into("<I", b, lst + 4, struct.unpack_from("<I", b, lst + 4)[0] + len(filler) * count)
+    return bytes(b)
+
+
 def _absurd_timestamps() -> bytes:
     """An MP4 whose media timescale is 0: the demuxer falls back to 1/512 s ticks, and the
     few frames claim a rate of 1/512 fps (hours of video)."""
@@ -166,6 +184,7 @@ HOSTILE = {
     "zero_fps": ("INVALID_ARGUMENT", "frame rate"),
     "audio_only": ("INVALID_ARGUMENT", "no video stream"),
     "tiny_packets": ("INVALID_ARGUMENT", "corrupt"),
+    "decoder_spin": ("RESOURCE_EXHAUSTED", "packets"),
     "absurd_timestamps": ("RESOURCE_EXHAUSTED", "max_duration_s"),
     "empty": ("INVALID_ARGUMENT", "container"),
 }
@@ -192,6 +211,7 @@ def hostile() -> dict[str, bytes]:
         "zero_fps": clip(frames=6, fps=24, size=(64, 64), codec="mpeg4", container="nut"),  # no rate in NUT
         "audio_only": audio_only(),
         "tiny_packets": _tiny_chunks(clip(frames=8, fps=24, size=(64, 64), container="avi"), 60_000),
+        "decoder_spin": _decoder_spin(),
         "absurd_timestamps": _absurd_timestamps(),
         "empty": b"",
     }

@@ -24,7 +24,7 @@ from sglang_mm_grpc.media.video import VideoLimits  # noqa: E402
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 #: Files whose header is sound: only decoding finds what is wrong.
-FOUND_DECODING = {"truncated_faststart", "garbage_payload", "tiny_packets"}
+FOUND_DECODING = {"truncated_faststart", "garbage_payload", "tiny_packets", "decoder_spin"}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,46 @@ def test_packet_limit_stops_a_stream_of_packets_without_frames():
     with pytest.raises(PreprocessError) as e:
         list(media_video.frames(data, [29], meta, limits))
     assert e.value.code.value == "RESOURCE_EXHAUSTED" and "max_decoded_frames" in e.value.message
+
+
+@pytest.fixture(scope="module")
+def spin():
+    return videogen.hostile()["decoder_spin"]
+
+
+def test_decoder_spin_is_stopped_by_the_packet_limit(spin):
+    """A million packets the decoder takes without a frame: a plain decode (HF's loader) reads
+    them all for 8 frames; ours stops at the packet limit, in a fraction of that time."""
+    import av
+
+    t = time.perf_counter()
+    with av.open(__import__("io").BytesIO(spin)) as c:
+        packets = sum(1 for _ in c.demux(video=0))
+    with av.open(__import__("io").BytesIO(spin)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 8
+    plain_s = time.perf_counter() - t
+    assert packets > 1_000_000
+    meta = media_video.probe(spin)
+    assert meta.total_num_frames == 8
+    t = time.perf_counter()
+    with pytest.raises(PreprocessError) as e:
+        list(media_video.frames(spin, [7], meta))
+    took = time.perf_counter() - t
+    assert e.value.code.value == "RESOURCE_EXHAUSTED" and "41024 packets" in e.value.message
+    assert took < plain_s / 5 and took < 1.5, (took, plain_s)
+
+
+def test_decoder_spin_is_stopped_by_the_time_limit(spin):
+    meta = media_video.probe(spin)
+    limits = VideoLimits(max_decoded_frames=1_000_000, decode_timeout_s=0.25)  # 4M packets allowed
+    t = time.perf_counter()
+    with pytest.raises(PreprocessError) as e:
+        list(media_video.frames(spin, [7], meta, limits))
+    assert time.perf_counter() - t < 1.0
+    assert e.value.code.value == "DEADLINE_EXCEEDED" and "decode_timeout_s 0.25 s" in e.value.message
+    with pytest.raises(PreprocessError) as e:  # and the request's deadline, when it is earlier
+        list(media_video.frames(spin, [7], meta, limits, deadline=time.monotonic() + 0.1))
+    assert e.value.code.value == "DEADLINE_EXCEEDED" and "the request's deadline" in e.value.message
 
 
 def test_token_budget_refuses_before_decoding(pp):
