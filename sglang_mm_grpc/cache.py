@@ -1,9 +1,11 @@
-"""The preprocessing cache: a repeated image skips decode and pixel work.
+"""The preprocessing cache: a repeated image or video skips decode and pixel work.
 
 Chat clients resend every earlier image on each turn, so the same bytes come back for
 the same model again and again. Entries are keyed by (blake3 of the encoded bytes,
 the resolved spec of the family that processed them: the model's, or the variant a
 request's image options configured), so anything that changes the output changes the key.
+A video is keyed the same way, its spec part also naming the video processor its
+options configured (sampling, pixel bounds), so another fps is another entry.
 Bounded in bytes with LRU eviction; thread-safe. Cached arrays are read-only and may
 be handed out as is (a single-image request returns the cached tensor itself).
 """
@@ -36,6 +38,27 @@ class CachedItem:
         return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
 
 
+@dataclass(frozen=True)
+class CachedVideo:
+    """One video's outputs: its plan (sampling, size, expansion), its rows of
+    pixel_values_videos and its video tensors, and the rotation its frames carried."""
+
+    plan: object  # the family's video plan
+    pixel_values: np.ndarray
+    aux: dict[str, np.ndarray]
+    rotation: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
+
+
+def video_key(content_hash: str, spec_key: str, config) -> tuple[str, str]:
+    """A video's cache key: its bytes, the model's spec and the effective video processor
+    (a frozen dataclass: its repr holds every knob, the sampling options included)."""
+    return content_hash, f"video:{spec_key}:{config!r}"
+
+
 @dataclass
 class CacheStats:
     hits: int = 0
@@ -52,11 +75,11 @@ class PreprocessCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], CachedItem] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], CachedItem | CachedVideo] = OrderedDict()
         self._bytes = 0
         self._stats = CacheStats(max_bytes=self.max_bytes)
 
-    def get(self, key: tuple[str, str]) -> CachedItem | None:
+    def get(self, key: tuple[str, str]) -> CachedItem | CachedVideo | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -66,13 +89,13 @@ class PreprocessCache:
             self._stats.hits += 1
             return entry
 
-    def peek(self, key: tuple[str, str]) -> CachedItem | None:
+    def peek(self, key: tuple[str, str]) -> CachedItem | CachedVideo | None:
         """The entry if held, without counting a hit or miss or refreshing its recency
         (a plan asks whether a Preprocess would hit; it uses nothing)."""
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: tuple[str, str], item: CachedItem) -> None:
+    def put(self, key: tuple[str, str], item: CachedItem | CachedVideo) -> None:
         for a in (item.pixel_values, *item.aux.values()):
             a.flags.writeable = False
         nbytes = item.nbytes

@@ -8,7 +8,9 @@
        a temporal group at a time into its rows of pixel_values_videos
 
 Nothing is decoded before the plan passes its budget, and a video's frames never all
-exist at once: each temporal group is written as soon as its frames are decoded.
+exist at once: each temporal group is written as soon as its frames are decoded. A video
+the preprocessing cache holds (same bytes, model spec and effective video processor) is
+neither probed nor decoded: its plan and rows come from the cache.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .cache import CachedVideo, PreprocessCache, video_key
 from .carriers import VideoOptions, VideoResult
 from .errors import Code, PreprocessError
 from .families import Family
@@ -55,6 +58,8 @@ class AdmittedVideo:
     decode_ms: float = 0.0
     process_ms: float = 0.0
     rotation: int = 0
+    cached: CachedVideo | None = None
+    key: tuple[str, str] | None = None  # its cache key when a cache is in use
 
 
 def check_family(family: Family, videos: int) -> None:
@@ -99,11 +104,26 @@ def configure(family: Family, count: int, max_tokens: int, options: VideoOptions
 
 
 def admit(family: Family, data: bytes, i: int, target: VideoTarget, limits: media_video.VideoLimits,
-          known: str | None = None) -> AdmittedVideo:
-    """Hash, probe the header (limits), plan (sampling, size, expansion), check the budget."""
+          known: str | None = None, cache: PreprocessCache | None = None, spec_key: str = "",
+          peek: bool = False) -> AdmittedVideo:
+    """Hash; the cached plan, or the header probed (limits) and planned (sampling, size,
+    expansion); the budget checked either way. ``peek``: look at the cache without
+    counting or refreshing (a plan)."""
     h = known or content_hash(data)
+    key = video_key(h, spec_key, target.config) if cache is not None else None
+    hit = None if cache is None else (cache.peek(key) if peek else cache.get(key))
+    if hit is not None:
+        media_video.check_limits(hit.plan.meta, len(data), limits, i)
+        _check_plan(hit.plan, hit.plan.meta, i, target, limits)
+        return AdmittedVideo(h, data, hit.plan, target, rotation=hit.rotation, cached=hit, key=key)
     meta = media_video.probe(data, limits, item=i)
     plan = family.plan_video(target.config, meta, i)
+    _check_plan(plan, meta, i, target, limits)
+    return AdmittedVideo(h, data, plan, target, key=key)
+
+
+def _check_plan(plan, meta, i: int, target: VideoTarget, limits: media_video.VideoLimits) -> None:
+    """The sampled frames and the tokens within their limits."""
     if len(plan.indices) > limits.max_sampled_frames:
         raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"sampling takes {len(plan.indices)} frames, over the limit "
                               f"of {limits.max_sampled_frames} (max_sampled_frames)", item=i, kind="video")
@@ -114,20 +134,26 @@ def admit(family: Family, data: bytes, i: int, target: VideoTarget, limits: medi
             f"{meta.width}x{meta.height} video of {len(plan.indices)} sampled frames expands into {plan.token_count} "
             f"tokens, over the budget of {limit} tokens per video ({source}); not decoded. Ask for fewer frames "
             "(fps or num_frames) or fewer pixels per frame (max_pixels)", item=i, kind="video")
-    return AdmittedVideo(h, data, plan, target)
 
 
 def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.VideoLimits,
-            deadline: float | None, each) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-    """pixel_values_videos (every row written once) and the video tensors."""
+            deadline: float | None, each, cache: PreprocessCache | None = None
+            ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """pixel_values_videos (every row written once) and the video tensors; a lone cached
+    video's are the cached arrays themselves (read-only, no copy)."""
     if not admitted:
         return None, {}
+    if len(admitted) == 1 and admitted[0].cached is not None:
+        return admitted[0].cached.pixel_values, dict(admitted[0].cached.aux)
     rows = [a.plan.feature_shape[0] for a in admitted]
     starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
     out = np.empty((int(starts[-1]), admitted[0].plan.feature_shape[1]), np.float32)
 
     def one(i: int):
         a = admitted[i]
+        if a.cached is not None:
+            out[starts[i]:starts[i + 1]] = a.cached.pixel_values
+            return a.cached.aux
         t0 = time.perf_counter()
         rotation: list = []
         decoded = media_video.frames(a.data, a.plan.indices, a.plan.meta, limits, i, deadline, rotation)
@@ -140,7 +166,18 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
         return aux
 
     aux = each(one, len(admitted))
+    if cache is not None:
+        _keep(cache, admitted, out, starts, aux)
     return out, {k: np.concatenate([x[k] for x in aux], axis=0) for k in aux[0]}
+
+
+def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray, starts, aux) -> None:
+    """Each newly processed video into the cache: a lone video's rows are the request's
+    own array (made read-only, no copy), several videos' rows are copied out."""
+    for i, a in enumerate(admitted):
+        if a.cached is None and a.key is not None:
+            rows = out if len(admitted) == 1 else out[starts[i]:starts[i + 1]].copy()
+            cache.put(a.key, CachedVideo(a.plan, rows, {k: v.copy() for k, v in aux[i].items()}, a.rotation))
 
 
 def _timed(frames, a: AdmittedVideo):
@@ -179,7 +216,7 @@ def results(admitted: list[AdmittedVideo], ranges, runs, family: Family) -> list
             hash=a.hash, height=a.plan.meta.height, width=a.plan.meta.width,
             resized_height=a.plan.resized_size[0], resized_width=a.plan.resized_size[1],
             encoded_bytes=len(a.data), token_count=ranges[i][1], structural_range=ranges[i], patch_ranges=runs[i],
-            cached=False, grid=tuple(int(v) for v in a.plan.grid), fps=a.plan.meta.fps,
+            cached=a.cached is not None, grid=tuple(int(v) for v in a.plan.grid), fps=a.plan.meta.fps,
             total_frames=a.plan.meta.total_num_frames, duration_s=a.plan.meta.duration_s,
             frame_indices=a.plan.indices, timestamps_s=a.plan.timestamps, second_per_grid=a.plan.second_per_grid,
             options=_effective(a.target), rotation=a.rotation or a.plan.meta.rotation,

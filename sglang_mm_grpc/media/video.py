@@ -98,6 +98,22 @@ def probe(data: bytes, limits: VideoLimits = VideoLimits(), item: int | None = N
         return _meta(container, limits, item)
 
 
+def check_limits(meta: VideoMeta, size: int, limits: VideoLimits, item: int | None = None) -> None:
+    """A video known from before (its header probed under some limits) held to these."""
+    if size > limits.max_bytes:
+        raise _exhausted("video of", f"{size} bytes", limits.max_bytes, "max_bytes", item)
+    if meta.width * meta.height > limits.max_frame_pixels:
+        raise _exhausted("frames of", f"{meta.width}x{meta.height} = {meta.width * meta.height} pixels",
+                         limits.max_frame_pixels, "max_frame_pixels", item)
+    if meta.total_num_frames > limits.max_decoded_frames:
+        raise _exhausted("the header claims", f"{meta.total_num_frames} frames", limits.max_decoded_frames,
+                         "max_decoded_frames", item)
+    for claimed in (meta.duration_s, meta.container_duration_s):
+        if claimed is not None and claimed > limits.max_duration_s:
+            raise _exhausted("a duration of", f"{claimed:.1f} s", f"{limits.max_duration_s:g} s", "max_duration_s",
+                             item)
+
+
 def _meta(container, limits: VideoLimits, item: int | None) -> VideoMeta:
     if not container.streams.video:
         kinds = sorted({s.type for s in container.streams}) or ["no streams"]
