@@ -275,7 +275,8 @@ class Preprocessor:
         admitted = self._each(lambda i: self._admit(images[i], i, cache, targets[i], _known(hashes, i)), len(images),
                               cancel)
         vadmitted = self._each(lambda i: video_driver.admit(self.family, videos[i], i, vtargets[i], self.video_limits,
-                                                            _known(video_hashes, i)), len(videos), cancel)
+                                                            _known(video_hashes, i), cache, self.spec_key),
+                               len(videos), cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         applied, image_applied, vranges, vruns = self._layout(prompt, plans, vadmitted)
@@ -283,7 +284,7 @@ class Preprocessor:
         aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
                          cancel)
         pixel_values_videos, video_tensors = video_driver.process(
-            self.family, vadmitted, self.video_limits, deadline, lambda fn, n: self._each(fn, n, cancel))
+            self.family, vadmitted, self.video_limits, deadline, lambda fn, n: self._each(fn, n, cancel), cache)
         t2 = time.perf_counter()
         positions = (self.family.positions(image_applied, plans, video_driver.items(self.family, vadmitted, vranges))
                      if vadmitted else self.family.positions(applied, plans))
@@ -327,7 +328,8 @@ class Preprocessor:
         planned = self._each(lambda i: self._plan_one(images[i], i, cache, targets[i], _known(hashes, i)),
                              len(images), cancel)
         vplanned = self._each(lambda i: video_driver.admit(self.family, videos[i], i, vtargets[i], self.video_limits,
-                                                           _known(video_hashes, i)), len(videos), cancel)
+                                                           _known(video_hashes, i), cache, self.spec_key, peek=True),
+                              len(videos), cancel)
         applied, image_applied, vranges, vruns = self._layout(prompt, [a.plan for a in planned], vplanned)
         return PlanOutput(
             images=_image_results(images, planned, image_applied),
