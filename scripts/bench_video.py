@@ -12,7 +12,16 @@ false), 150 temporal groups of 728x1288 for this clip, 179400 tokens, over its c
 sides sample at ``--fps`` (2, qwen-vl-utils' default) instead. The decode of only the sampled
 frames is timed apart on each side (ours: ``media.video.frames``; HF: ``load_video``). The
 outputs are checked equal (sha256 of pixel_values_videos) before timing. Prints medians and
-ratios, and writes JSON with ``--json``.
+ratios, and writes JSON with ``--json``. Wall time, this thread's CPU time and the CPU time of
+all the process's threads (the decoder's own threads included; what load from other work on
+a shared machine does not inflate) are recorded on both sides.
+
+Threads: HF's loader leaves the decoder at PyAV's defaults (``thread_type`` SLICE,
+``thread_count`` 0 = FFmpeg's choice); the HF process reports what its stream had, and the
+headline rows decode ours with the same. Extra rows, not the headline: ours decoding every
+frame up to the last sampled one (``sequential``, as HF does; what the packet index buys),
+without skipping unreferenced frames (``skip_nonref`` off), and with frame threads
+(``thread_type`` AUTO), end to end and decode alone. The frames each decode returns are counted.
 """
 
 from __future__ import annotations
@@ -51,7 +60,13 @@ def hf_main(path: str, fps: float) -> None:
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
     from transformers.video_utils import load_video
 
+    import av
+
     torch.set_num_threads(1)
+    with av.open(path) as c:  # what read_video_pyav's container.decode(video=0) runs with
+        s = c.streams.video[0]
+        threads = {"thread_type": str(s.thread_type), "thread_count": s.thread_count,
+                   "codec_context.thread_type": str(s.codec_context.thread_type)}
     proc = Qwen2VLVideoProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
     sample = functools.partial(proc.sample_frames, fps=fps)
 
@@ -66,19 +81,44 @@ def hf_main(path: str, fps: float) -> None:
 
     for line in sys.stdin:
         cmd = line.strip()
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
         if cmd == "check":
             pv = call().numpy()
-            reply = {"sha256": hashlib.sha256(np.ascontiguousarray(pv).tobytes()).hexdigest(), "shape": pv.shape}
+            reply = {"sha256": hashlib.sha256(np.ascontiguousarray(pv).tobytes()).hexdigest(), "shape": pv.shape,
+                     "threads": threads}
         elif cmd in ("call", "decode"):
             call() if cmd == "call" else decode()
-            reply = {"ms": (time.perf_counter() - t0) * 1e3, "cpu_ms": (time.thread_time() - c0) * 1e3}
+            reply = {"ms": (time.perf_counter() - t0) * 1e3, "cpu_ms": (time.thread_time() - c0) * 1e3,
+                     "all_threads_cpu_ms": (time.process_time() - p0) * 1e3}
         else:
             return
         print(json.dumps(reply), flush=True)
 
 
 # -- ours -------------------------------------------------------------------------------------
+
+def report(rows: dict, frames_returned: dict, json_path: str | None) -> None:
+    import os
+
+    med = {k: statistics.median(x) for k, x in rows.items()}
+    med["ratio_end_to_end"] = med["hf_ms"] / med["ours_ms"]
+    med["ratio_decode"] = med["hf_decode_ms"] / med["ours_decode_ms"]
+    med["ours_process_ms"] = med["ours_ms"] - med["ours_decode_ms"]
+    med["hf_process_ms"] = med["hf_ms"] - med["hf_decode_ms"]
+    med["ratio_process"] = med["hf_process_ms"] / med["ours_process_ms"]
+    med["ratio_all_threads_cpu"] = med["hf_all_threads_cpu_ms"] / med["ours_all_threads_cpu_ms"]
+    med["ratio_decode_all_threads_cpu"] = med["hf_decode_all_threads_cpu_ms"] / med["ours_decode_all_threads_cpu_ms"]
+    med["ratio_end_to_end_frame_threads"] = med["hf_ms"] / med["ours_frame_threads_ms"]
+    med["ratio_decode_frame_threads"] = med["hf_decode_ms"] / med["ours_decode_frame_threads_ms"]
+    for k, x in med.items():
+        print(f"{k:32s} {x:10.1f}" if not k.startswith("ratio") else f"{k:32s} {x:10.2f}x")
+    for k, st in frames_returned.items():
+        print(f"{k:32s} {st.get('path')}: {st.get('fed')} packets fed, {st.get('decoded')} frames returned")
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (the machine's cores: {os.cpu_count()})")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"median": med, "rounds": rows, "frames": frames_returned,
+                                               "loadavg": load}, indent=1))
 
 
 def main() -> None:
@@ -120,33 +160,46 @@ def main() -> None:
           f"sampled {len(v.frame_indices)} frames at {args.fps:g} fps -> {v.resized_width}x{v.resized_height}, "
           f"grid {v.grid}, {v.token_count} tokens, pixel_values_videos {ours.pixel_values_videos.shape} "
           "(equal to HF's)")
+    print(f"HF's decoder threads (PyAV defaults): {want['threads']}; ours decode with the same in the headline")
     meta = media_video.probe(data)
-    rows = {k: [] for k in ("ours_ms", "ours_cpu_ms", "hf_ms", "hf_cpu_ms", "ours_decode_ms", "hf_decode_ms")}
+    decodes = {"ours_decode_ms": {}, "ours_decode_sequential_ms": {"sequential": True},
+               "ours_decode_keep_nonref_ms": {"skip_nonref": False}, "ours_decode_frame_threads_ms": {"threads": "AUTO"}}
+    frames_returned = {}
+    for name, kw in decodes.items():
+        stats: dict = {}
+        for _frame in media_video.frames(data, v.frame_indices, meta, stats=stats, **kw):
+            pass
+        frames_returned[name.replace("_ms", "")] = stats
+    rows = {k: [] for k in ("ours_ms", "ours_cpu_ms", "ours_all_threads_cpu_ms", "hf_ms", "hf_cpu_ms",
+                            "hf_all_threads_cpu_ms", "hf_decode_ms", "hf_decode_all_threads_cpu_ms", *decodes,
+                            "ours_decode_all_threads_cpu_ms", "ours_frame_threads_ms")}
     for _ in range(args.rounds):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        pp.preprocess([], videos=[data], video_options=opts, use_cache=False)
-        rows["ours_ms"].append((time.perf_counter() - t0) * 1e3)
-        rows["ours_cpu_ms"].append((time.thread_time() - c0) * 1e3)
+        for name, kw in (("ours_ms", {}), ("ours_frame_threads_ms", {"threads": "AUTO"})):
+            media_video.THREADS = kw.get("threads")  # the preprocess's decoder threads
+            t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+            pp.preprocess([], videos=[data], video_options=opts, use_cache=False)
+            rows[name].append((time.perf_counter() - t0) * 1e3)
+            if name == "ours_ms":
+                rows["ours_cpu_ms"].append((time.thread_time() - c0) * 1e3)
+                rows["ours_all_threads_cpu_ms"].append((time.process_time() - p0) * 1e3)
+        media_video.THREADS = None
         r = ask("call")
         rows["hf_ms"].append(r["ms"])
         rows["hf_cpu_ms"].append(r["cpu_ms"])
-        t0 = time.perf_counter()
-        for _frame in media_video.frames(data, v.frame_indices, meta):
-            pass
-        rows["ours_decode_ms"].append((time.perf_counter() - t0) * 1e3)
-        rows["hf_decode_ms"].append(ask("decode")["ms"])
+        rows["hf_all_threads_cpu_ms"].append(r["all_threads_cpu_ms"])
+        for name, kw in decodes.items():
+            t0, p0 = time.perf_counter(), time.process_time()
+            for _frame in media_video.frames(data, v.frame_indices, meta, **kw):
+                pass
+            rows[name].append((time.perf_counter() - t0) * 1e3)
+            if name == "ours_decode_ms":
+                rows["ours_decode_all_threads_cpu_ms"].append((time.process_time() - p0) * 1e3)
+        r = ask("decode")
+        rows["hf_decode_ms"].append(r["ms"])
+        rows["hf_decode_all_threads_cpu_ms"].append(r["all_threads_cpu_ms"])
     hf.stdin.close()
     hf.wait(timeout=60)
-    med = {k: statistics.median(x) for k, x in rows.items()}
-    med["ratio_end_to_end"] = med["hf_ms"] / med["ours_ms"]
-    med["ratio_decode"] = med["hf_decode_ms"] / med["ours_decode_ms"]
-    med["ours_process_ms"] = med["ours_ms"] - med["ours_decode_ms"]
-    med["hf_process_ms"] = med["hf_ms"] - med["hf_decode_ms"]
-    med["ratio_process"] = med["hf_process_ms"] / med["ours_process_ms"]
-    for k, x in med.items():
-        print(f"{k:18s} {x:10.1f}" if not k.startswith("ratio") else f"{k:18s} {x:10.2f}x")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"median": med, "rounds": rows}, indent=1))
+    report(rows, frames_returned, args.json)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,11 @@ class VideoLimits:
         return 4 * self.max_decoded_frames + 1024
 
 
+#: The decoder's thread_type when ``frames`` is not given one: None keeps PyAV's default
+#: (SLICE threads, FFmpeg's count), which is what HF's loader decodes with.
+THREADS: str | None = None
+
+
 @functools.lru_cache(maxsize=1)
 def video_available() -> bool:
     """Whether PyAV is installed (the ``video`` extra)."""
@@ -157,14 +162,15 @@ def _rotation(stream) -> int:
 
 def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLimits = VideoLimits(),
            item: int | None = None, deadline: float | None = None, rotation: list | None = None,
-           threads: str | None = None, sequential: bool = False, stats: dict | None = None
-           ) -> Iterator[np.ndarray]:
+           threads: str | None = None, sequential: bool = False, stats: dict | None = None,
+           skip_nonref: bool = True) -> Iterator[np.ndarray]:
     """uint8 [H, W, 3] for each of ``indices`` (ascending; repeats yield the same frame
     again), numbered as ``read_video_pyav`` numbers them. ``deadline``: a
     ``time.monotonic()`` value the decode must end by (with ``limits.decode_timeout_s``,
     the earlier wins). ``rotation``: a list the first frame's rotation is appended to.
-    ``threads``: the decoder's thread_type (None: PyAV's default, as HF decodes).
+    ``threads``: the decoder's thread_type (None: ``THREADS``).
     ``sequential``: decode every frame in order even where the stream is indexed.
+    ``skip_nonref`` False: decode the frames not needed that nothing references too.
     ``stats``: a dict given ``path`` ("indexed" or "sequential"), ``decoded`` (frames the
     decoder returned) and ``fed`` (packets given to the decoder) as decoding goes."""
     av = _av()
@@ -173,8 +179,10 @@ def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLi
                          "max_sampled_frames", item)
     if not len(indices):
         return
-    job = _Job(av, data, np.asarray(indices, dtype=np.int64), meta, limits, item, _budget(limits, deadline), threads,
+    job = _Job(av, data, np.asarray(indices, dtype=np.int64), meta, limits, item, _budget(limits, deadline),
+               threads or THREADS,
                stats if stats is not None else {})
+    job.skip = "NONREF" if skip_nonref else "DEFAULT"
     k = 0  # next position in ``job.wanted``
     for i, frame in job.picked(sequential):
         if rotation is not None and not rotation:
@@ -205,6 +213,7 @@ class _Job:
         self.av, self.data, self.wanted, self.meta, self.limits = av, data, wanted, meta, limits
         self.item, self.budget, self.threads, self.stats = item, budget, threads, stats
         self.decoded = 0
+        self.skip = "NONREF"
         self.counter = video_index.Counter(limits.max_packets, budget[0], self._too_many_packets, self._late)
 
     def _too_many_packets(self) -> PreprocessError:
@@ -306,7 +315,7 @@ class _Job:
                 raise _NotAsIndexed()
             if pos < runs[r][0]:
                 continue  # a packet no wanted frame depends on: not decoded
-            cc.skip_frame = "DEFAULT" if packet.pts in number else "NONREF"
+            cc.skip_frame = "DEFAULT" if packet.pts in number else self.skip
             self.stats["fed"] += 1
             out = cc.decode(packet)
             if pos == runs[r][1]:
