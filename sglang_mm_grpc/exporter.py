@@ -122,6 +122,8 @@ def _video_metrics(v):
     yield _counter("videos", "Videos in successful Preprocess calls.", v.videos)
     yield _counter("video_bytes", "Encoded bytes of those videos.", v.video_bytes)
     yield _counter("video_frames", "Frames sampled from those videos and decoded into pixels.", v.frames)
+    yield _counter("videos_cached", "Of those, videos answered from the preprocessing cache (nothing decoded).",
+                   v.cached)
     yield _counter("videos_planned", "Videos in successful Plan calls (nothing decoded).", v.planned)
     refusals = CounterMetricFamily(PREFIX + "video_refusals", "Calls that failed because of a video, by cause.",
                                    labels=["cause"])

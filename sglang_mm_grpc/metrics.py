@@ -76,7 +76,8 @@ class RequestRecord:
     t0: float = field(default_factory=time.perf_counter)
     videos: int = 0
     video_bytes: int = 0
-    video_frames: int = 0  # sampled (decoded into pixels), in a successful Preprocess
+    video_frames: int = 0  # sampled and decoded into pixels, in a successful Preprocess
+    videos_cached: int = 0  # answered from the preprocessing cache (nothing decoded)
     video_ms: dict[str, float] = field(default_factory=dict)  # VIDEO_STAGES
     video_refusal: str = ""  # why a call with videos failed because of one (``video_refusal_cause``)
 
@@ -91,10 +92,11 @@ class VideoCounts:
     planned: int = 0  # in successful Plan calls
     refusals: dict[str, int] = field(default_factory=dict)
     stages: dict[str, Histogram] = field(default_factory=lambda: {s: Histogram() for s in VIDEO_STAGES})
+    cached: int = 0  # of ``videos``: from the preprocessing cache
 
     def copy(self) -> "VideoCounts":
         return VideoCounts(self.videos, self.video_bytes, self.frames, self.planned, dict(self.refusals),
-                           {k: h.copy() for k, h in self.stages.items()})
+                           {k: h.copy() for k, h in self.stages.items()}, self.cached)
 
 
 @dataclass
@@ -166,6 +168,7 @@ class Metrics:
             v.videos += rec.videos
             v.video_bytes += rec.video_bytes
             v.frames += rec.video_frames
+            v.cached += rec.videos_cached
             for stage, ms in rec.video_ms.items():
                 v.stages[stage].observe(ms)
 

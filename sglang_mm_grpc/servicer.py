@@ -330,7 +330,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             rec.stages_ms[stage] = float(timings.get(f"{stage}_ms", 0.0))
         if done.output.videos:
             rec.video_ms = {stage: float(timings.get(f"{stage}_ms", 0.0)) for stage in VIDEO_STAGES}
-            rec.video_frames = sum(len(v.frame_indices) for v in done.output.videos)
+            rec.video_frames = sum(len(v.frame_indices) for v in done.output.videos if not v.cached)
+            rec.videos_cached = sum(1 for v in done.output.videos if v.cached)
         rec.stages_ms["assemble"] = done.assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - tw) * 1e3 - done.work_ms)
         if deadline.at is not None and time.monotonic() >= deadline.at:
@@ -911,7 +912,7 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
         resp.stages.add(stage=stage, count=h.count, sum_ms=h.sum_ms, upper_bounds_ms=BUCKETS_MS, bucket_counts=h.counts)
     v = s.video
     resp.video.CopyFrom(pb.VideoStats(videos=v.videos, video_bytes=v.video_bytes, frames=v.frames, planned=v.planned,
-                                      refusals=v.refusals))
+                                      refusals=v.refusals, cached=v.cached))
     for stage, h in v.stages.items():
         resp.video.stages.add(stage=stage, count=h.count, sum_ms=h.sum_ms, upper_bounds_ms=BUCKETS_MS,
                               bucket_counts=h.counts)

@@ -63,6 +63,9 @@ def observed(tmp_path_factory):
             two = c.preprocess(QWEN, [IMAGE], ids(1, 1), backend="tokenspeed", videos=[CLIP],
                                video_options=video_options(num_frames=6))
             sent["frames"] = len(one.videos[0].frame_indices) + len(two.videos[0].frame_indices)
+            again = c.preprocess(QWEN, [], ids(0, 1), backend="vllm", videos=[CLIP],
+                                 video_options=video_options(fps=2))  # the cache answers: nothing decoded
+            assert again.videos[0].cached and not one.videos[0].cached and not two.videos[0].cached
             c.plan(QWEN, [], ids(0, 2), videos=[CLIP, CLIP], video_options=video_options(fps=2))
             Q = grpc.StatusCode
             refusals = [
@@ -94,12 +97,12 @@ def observed(tmp_path_factory):
 def test_get_stats_counts_videos(observed):
     server, _, sent = observed
     v = server.stats().video
-    assert (v.videos, v.video_bytes, v.frames, v.planned) == (2, 2 * len(CLIP), sent["frames"], 2)
+    assert (v.videos, v.video_bytes, v.frames, v.planned, v.cached) == (3, 3 * len(CLIP), sent["frames"], 2, 1)
     assert dict(v.refusals) == sent["refusals"]
     stages = {h.stage: h for h in v.stages}
     assert set(stages) == set(VIDEO_STAGES)
     for h in stages.values():
-        assert h.count == 2 and h.sum_ms > 0 and sum(h.bucket_counts) == 2
+        assert h.count == 3 and h.sum_ms > 0 and sum(h.bucket_counts) == 3
         assert len(h.bucket_counts) == len(h.upper_bounds_ms) + 1
     st = server.stats()
     assert st.images == 1 and st.image_bytes == len(IMAGE)  # the video bytes are not image bytes
@@ -118,6 +121,7 @@ def test_prometheus_matches_get_stats(observed):
     assert m[("sglang_mm_video_bytes_total", ())] == v.video_bytes
     assert m[("sglang_mm_video_frames_total", ())] == v.frames
     assert m[("sglang_mm_videos_planned_total", ())] == v.planned
+    assert m[("sglang_mm_videos_cached_total", ())] == v.cached == 1
     for cause, n in v.refusals.items():
         assert m[("sglang_mm_video_refusals_total", (("cause", cause),))] == n
     assert sum(n for (name, _), n in m.items() if name == "sglang_mm_video_refusals_total") == sum(v.refusals.values())
@@ -131,9 +135,9 @@ def test_log_line_names_the_videos(observed):
     lines = [json.loads(line.split(" sglang_mm_grpc.requests: ", 1)[1]) for line in server.log_text().splitlines()
              if " sglang_mm_grpc.requests: " in line]
     ok = [r for r in lines if r["method"] == "Preprocess" and r["status"] == "OK"]
-    assert len(ok) == 2 and all(r["videos"] == 1 and r["video_bytes"] == len(CLIP) for r in ok)
+    assert len(ok) == 3 and all(r["videos"] == 1 and r["video_bytes"] == len(CLIP) for r in ok)
     assert all(set(r["video_ms"]) == set(VIDEO_STAGES) for r in ok)
-    assert [r["bytes"] for r in ok] == [0, len(IMAGE)]
+    assert [r["bytes"] for r in ok] == [0, len(IMAGE), 0]
 
 
 def test_processes_merge_sums_the_video_counters(observed):
@@ -141,8 +145,8 @@ def test_processes_merge_sums_the_video_counters(observed):
     one = server.stats()
     merged = siblings.merge_stats([one, one])
     v, w = one.video, merged.video
-    assert (w.videos, w.video_bytes, w.frames, w.planned) == (2 * v.videos, 2 * v.video_bytes, 2 * v.frames,
-                                                               2 * v.planned)
+    assert (w.videos, w.video_bytes, w.frames, w.planned, w.cached) == (
+        2 * v.videos, 2 * v.video_bytes, 2 * v.frames, 2 * v.planned, 2 * v.cached)
     assert dict(w.refusals) == {k: 2 * n for k, n in v.refusals.items()}
     for a, b in zip(v.stages, w.stages):
         assert (b.stage, b.count, list(b.upper_bounds_ms)) == (a.stage, 2 * a.count, list(a.upper_bounds_ms))

@@ -616,7 +616,7 @@ class WorkStats(_message.Message):
     def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ...) -> None: ...
 
 class VideoStats(_message.Message):
-    __slots__ = ("videos", "video_bytes", "frames", "planned", "refusals", "stages")
+    __slots__ = ("videos", "video_bytes", "frames", "planned", "refusals", "stages", "cached")
     class RefusalsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -630,13 +630,15 @@ class VideoStats(_message.Message):
     PLANNED_FIELD_NUMBER: _ClassVar[int]
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     videos: int
     video_bytes: int
     frames: int
     planned: int
     refusals: _containers.ScalarMap[str, int]
     stages: _containers.RepeatedCompositeFieldContainer[LatencyHistogram]
-    def __init__(self, videos: _Optional[int] = ..., video_bytes: _Optional[int] = ..., frames: _Optional[int] = ..., planned: _Optional[int] = ..., refusals: _Optional[_Mapping[str, int]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ...) -> None: ...
+    cached: int
+    def __init__(self, videos: _Optional[int] = ..., video_bytes: _Optional[int] = ..., frames: _Optional[int] = ..., planned: _Optional[int] = ..., refusals: _Optional[_Mapping[str, int]] = ..., stages: _Optional[_Iterable[_Union[LatencyHistogram, _Mapping]]] = ..., cached: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
     __slots__ = ("uptime_s", "in_flight", "max_in_flight", "rejected_busy", "requests", "statuses", "images", "image_bytes", "fetch", "cache", "store", "work", "stages", "media", "video")
