@@ -22,6 +22,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .bf16 import round_bf16
+from .pixels import wide_vectors
 
 #: Outputs at least this large are written with streaming stores (``stream_run``): they
 #: do not fit the caches anyway, and ordinary stores would first read every line they
@@ -191,21 +192,34 @@ def _fit(table_bytes: bytes) -> np.ndarray:
         if any(r is None for r in rows):
             return _NO_FIT
     coef = np.array(rows, np.float32)
-    # check the compiled row loops themselves (RGB and RGBX), on a row long enough for
-    # their vector bodies and tails
+    if not _reproduces(coef, table):
+        return _NO_FIT
+    if coef.shape[1] == 4:  # the division as a corrected multiplication (``_recip_run``), where exact
+        recip = np.concatenate([coef, np.float32(1) / coef[:, 3:]], axis=1)
+        if _reproduces(recip, table):
+            return recip
+    return coef
+
+
+def _reproduces(coef: np.ndarray, table: np.ndarray) -> bool:
+    """Whether the compiled row loops themselves (RGB and RGBX) give ``table`` for every
+    byte, on a row long enough for their vector bodies and tails."""
     n = 256 + 7
     for step in (3, 4):
         src = np.repeat(np.arange(n) % 256, step).astype(np.uint8)
         got = np.empty((3, n), np.float32)
         normalize_row(src, n, coef, table, got[0], got[1], got[2], step)
         if not np.array_equal(got.view(np.uint32), table.view(np.uint32)[:, np.arange(n) % 256]):
-            return _NO_FIT
-    return coef
+            return False
+    return True
 
 
 def arithmetic(lut: np.ndarray) -> np.ndarray:
     """float32 [3, 4]: per channel (hi, lo, mean, std) such that
     ``((v*hi + v*lo) - mean) / std`` in float32 is ``lut[c, v]`` for every byte; or
+    float32 [3, 5]: the same with ``1 / std`` as a fifth column, when the division done
+    as a corrected multiplication (``_recip_run``) gives every value too (the row loops
+    then use it; code reading four columns divides); or
     float32 [3, 3]: per channel (factor, mean, multiplier) such that the bfloat16 chain
     ``bf16(bf16(bf16(v * factor) - mean) * multiplier)`` is (tables computed in bfloat16,
     ``_fit_bf16_channel``); or an
@@ -223,6 +237,42 @@ def _arith_run(src, n, step, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0,
         d0[i] = (v0 * h0 + v0 * l0 - m0) / s0
         d1[i] = (v1 * h1 + v1 * l1 - m1) / s1
         d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """float32 ``a * b + c`` rounded once (``llvm.fma``: one instruction where the CPU
+    has FMA, which the loops around it vectorize)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _recip_run(src, n, step, h0, l0, m0, s0, r0, h1, l1, m1, s1, r1, h2, l2, m2, s2, r2, d0, d1, d2):
+    """``_arith_run`` with each division ``x / s`` as ``q = x * r`` (``r`` = 1 / s in
+    float32) corrected by its residual, ``q + (x - q * s) * r`` with two fused
+    multiply-adds: three vector operations where a division costs about ten of them
+    (the writers were division-bound). Used only where it gives the table's value for
+    all 256 bytes (``_fit``)."""
+    for i in range(n):
+        x0 = np.float32(src[step * i])
+        x1 = np.float32(src[step * i + 1])
+        x2 = np.float32(src[step * i + 2])
+        x0 = x0 * h0 + x0 * l0 - m0
+        x1 = x1 * h1 + x1 * l1 - m1
+        x2 = x2 * h2 + x2 * l2 - m2
+        q0 = x0 * r0
+        q1 = x1 * r1
+        q2 = x2 * r2
+        d0[i] = _fma(_fma(-q0, s0, x0), r0, q0)
+        d1[i] = _fma(_fma(-q1, s1, x1), r1, q1)
+        d2[i] = _fma(_fma(-q2, s2, x2), r2, q2)
 
 
 @intrinsic
@@ -253,13 +303,14 @@ def _bf16_run(src, n, step, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2):
         d2[i] = _bf16(_bf16(_bf16(v2 * f2) - m2) * r2)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
     """``d_c[i] = lut[c, src[step*i + c]]`` for ``i < n``: ``src`` an interleaved uint8
     row, RGB (``step`` 3) or Pillow's RGBX (4); ``coef`` from ``arithmetic(lut)``. The
     arithmetic loop reads the three channels together, so LLVM vectorizes it (shuffled
     byte loads, float32 math, contiguous stores), once per constant step; the lookup
     loop stays scalar. A [3, 3] ``coef`` is the bfloat16 chain."""
+    wide_vectors()
     if coef.shape[0] == 3 and coef.shape[1] == 3:
         f0, m0, r0 = coef[0, 0], coef[0, 1], coef[0, 2]
         f1, m1, r1 = coef[1, 0], coef[1, 1], coef[1, 2]
@@ -268,6 +319,14 @@ def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
             _bf16_run(src, n, 4, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2)
         else:
             _bf16_run(src, n, 3, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2)
+    elif coef.shape[0] == 3 and coef.shape[1] == 5:
+        h0, l0, m0, s0, r0 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3], coef[0, 4]
+        h1, l1, m1, s1, r1 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3], coef[1, 4]
+        h2, l2, m2, s2, r2 = coef[2, 0], coef[2, 1], coef[2, 2], coef[2, 3], coef[2, 4]
+        if step == 4:
+            _recip_run(src, n, 4, h0, l0, m0, s0, r0, h1, l1, m1, s1, r1, h2, l2, m2, s2, r2, d0, d1, d2)
+        else:
+            _recip_run(src, n, 3, h0, l0, m0, s0, r0, h1, l1, m1, s1, r1, h2, l2, m2, s2, r2, d0, d1, d2)
     elif coef.shape[0] == 3:
         h0, l0, m0, s0 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3]
         h1, l1, m1, s1 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3]
@@ -376,7 +435,7 @@ def _c_typed_numba(a):
     return lambda a: c_typed
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def normalize_into(src, n, coef, lut, line, out, y, x, step=3):
     """``out[c, y, x:x+n] = lut[c, src[step*i + c]]`` (``step`` 4: Pillow's RGBX, read in
     place). A C-contiguous ``out`` is written

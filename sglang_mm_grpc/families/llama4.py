@@ -243,8 +243,9 @@ class Llama4(Family[Tiles]):
         self.field_layout = FieldLayout(
             batched=("aspect_ratios", "patches_per_image"), flat={"pixel_values": "patches_per_image"})
         self._mode = resample_tv.PIL_FILTER_MODES[config.resample]
-        self._canvases = supported_canvases(config.max_patches, config.tile)
+        self._canvases = np.asarray(supported_canvases(config.max_patches, config.tile), dtype=np.int64)
         self._lut = config.lut(bf16.bf16_backend_lut)
+        self._expansions: dict[Tiles, Expansion] = {}  # per tile grid, built once (tokens read-only)
 
     @property
     def placeholder_token_id(self) -> int:
@@ -257,7 +258,11 @@ class Llama4(Family[Tiles]):
         size = resized_size(height, width, canvas, c.tile, c.resize_to_max_canvas)
         tiles = Tiles(canvas[0] // c.tile, canvas[1] // c.tile)
         n = tiles.rows * tiles.cols
-        expansion = Expansion(expansion_tokens(tiles.rows, tiles.cols, c), c.patch_token_id)
+        expansion = self._expansions.get(tiles)
+        if expansion is None:
+            tokens = expansion_tokens(tiles.rows, tiles.cols, c)
+            tokens.flags.writeable = False  # shared by every image of this grid
+            expansion = self._expansions.setdefault(tiles, Expansion(tokens, c.patch_token_id))
         return ItemPlan(size, (n + (n > 1), 3, c.tile, c.tile), tiles, expansion)
 
     def _resize(self, image: DecodedImage, height: int, width: int) -> np.ndarray:

@@ -60,10 +60,11 @@ def test_arithmetic_writers_equal_lookup(mean, std, factor):
     for name, lut in _tables(mean, std, factor):
         coef = normalize.arithmetic(lut)
         v = np.arange(256, dtype=np.float32)
-        if coef.shape == (3, 4):
+        if coef.shape in ((3, 4), (3, 5)):  # (3, 5): 1 / std beside, for the corrected multiplication
             for c in range(3):
-                h, lo, m, s = coef[c]
+                h, lo, m, s = coef[c, :4]
                 assert _same((v * h + v * lo - m) / s, lut[c]), name
+                assert coef.shape == (3, 4) or _same(coef[c, 4], np.float32(1) / s), name
         elif coef.shape == (3, 3):  # the bfloat16 chain
             for c in range(3):
                 f, m, r = coef[c]
@@ -87,7 +88,8 @@ def test_arithmetic_writers_equal_lookup(mean, std, factor):
 
 
 def test_which_tables_fit():
-    """The HF tables fit; bf16-rounded ones fit the bfloat16 chain (its division as a
+    """The HF tables fit, their divisions done as multiplications by 1 / std corrected by
+    the residual (two fused multiply-adds); bf16-rounded ones fit the bfloat16 chain (its division as a
     multiplication, checked on all 256 values); a rescale by 0.01 is looked up (1/255
     times a power of two fits)."""
     clip = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
@@ -95,7 +97,7 @@ def test_which_tables_fit():
                 totensor.totensor_normalize_lut(*clip), normalize.pil_backend_lut(*clip, do_normalize=False),
                 normalize.torchvision_backend_lut(*clip, do_normalize=False),
                 bf16.bf16_backend_lut(*clip, 1 / 255, True, False)):
-        assert normalize.arithmetic(lut).shape == (3, 4)
+        assert normalize.arithmetic(lut).shape == (3, 5)  # each division a corrected multiplication
     half = normalize.arithmetic(bf16.bf16_backend_lut((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
     assert half.shape == (3, 3) and np.array_equal(half[:, 2], [2, 2, 2])
     for stats in (clip, ((0.2, 0.3, 0.4), (0.25, 1.0, 2.0))):
