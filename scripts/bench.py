@@ -251,7 +251,7 @@ def bench_inprocess(models, images, repeat, hf_python: str | None = None, meta: 
                 loaded = hf.try_ask("load", kind=kind, config=cfg)
                 meta.update(hf_pid=loaded.get("pid", hf.proc.pid), bench_pid=os.getpid(), hf_versions=loaded.get("versions", {}),
                             hf_imported_package=loaded.get("imported_package"))
-                errors = loaded.get("errors") or {key: loaded.get("error") for key in ("hf_pil", "hf_tv")}
+                errors = loaded["errors"] if "errors" in loaded else {k: loaded.get("error") for k in ("hf_pil", "hf_tv")}
                 meta.setdefault("hf_missing", {})[model] = errors
                 for key, err in errors.items():
                     print(f"  ({model}: no {key} column: {err})", flush=True)

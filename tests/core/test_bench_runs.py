@@ -43,6 +43,7 @@ def test_inprocess_section_runs_against_the_hf_reference(tmp_path):
     assert hf["hf_imported_package"] is False and hf["hf_imported_package_at_exit"] is False
     assert results["inprocess_summary"]["Qwen/Qwen2-VL-7B-Instruct"]["images"] == ["96x64:photo92"]
     missing = hf["hf_missing"]["Qwen/Qwen2-VL-7B-Instruct"]
+    assert "hf_pil" not in missing and "no hf_pil column" not in res.stdout  # only empty columns are explained
     if importlib.util.find_spec("torch") and importlib.util.find_spec("torchvision"):
         assert "hf_tv" not in missing and all(r["hf_tv_ms"] > 0 for r in rows)
     else:  # the empty torchvision column says why, and how to fill it
