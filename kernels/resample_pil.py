@@ -422,105 +422,135 @@ def _interleave_pairs(typingctx, dst, di, src, si):
     return sig, codegen
 
 
-@intrinsic
-def _dot_pairs(typingctx, pairs, base, count, khi, klo, kbase, out, oi):
-    """``out[oi:oi+64]`` = clip8 of 64 lanes' ``2**21 + (H << 11) + L``, where H and L sum
+def _finish_pairs(builder, sums, single, shift, out_ptr):
+    """Store clip8 of the 64 lanes' ``2**21 + (H << 11) + L`` (or, ``single``, of
+    ``2**21 + (S << shift)``) as bytes at ``out_ptr`` (an i8*)."""
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
+    splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
+    if single:
+        sh = builder.trunc(shift, i32) if shift.type.width > 32 else shift
+        sh = builder.shuffle_vector(builder.insert_element(ir.Constant(w16, None), sh, ir.Constant(i32, 0)),
+                                    ir.Constant(w16, None), ir.Constant(w16, [0] * 16))
+    for g in range(4):
+        if single:
+            ss = builder.shl(builder.load(sums[g]), sh)
+        else:
+            ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
+        ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
+        ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
+        ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
+        ptr = builder.gep(out_ptr, [ir.Constant(i64, 16 * g)])
+        builder.store(builder.trunc(ss, b16), builder.bitcast(ptr, ir.PointerType(b16)), align=1)
+
+
+def _pairs_dot(single: bool):
+    """``_dot_pairs`` (``single``: ``_dot_pairs_single``)."""
+
+    @intrinsic
+    def dot(typingctx, pairs, base, count, khi, klo, kbase, out, oi):
+        sig = types.none(pairs, base, count, khi, klo, kbase, out, oi)
+
+        def codegen(context, builder, signature, args):
+            features = _host_features(context)
+            pa = context.make_array(signature.args[0])(context, builder, args[0])
+            kh = context.make_array(signature.args[3])(context, builder, args[3])
+            kl = None if single else context.make_array(signature.args[4])(context, builder, args[4])
+            o = context.make_array(signature.args[6])(context, builder, args[6])
+            i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+            w16 = ir.VectorType(i32, 16)
+            wide = lambda a: builder.sext(a, i64) if a.type.width < 64 else a  # noqa: E731
+            base, kbase, count = wide(args[1]), wide(args[5]), wide(args[2])
+            sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(4 if single else 8)]
+            with cgutils.for_range(builder, count) as loop:
+                p = loop.index
+                row = builder.add(base, builder.mul(p, ir.Constant(i64, 256)))
+                k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
+                k_lo = None if single else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+                for g in range(4):
+                    ptr = builder.gep(pa.data, [builder.add(row, ir.Constant(i64, 32 * g))])
+                    v = builder.load(builder.bitcast(ptr, ir.PointerType(ir.VectorType(i16, 32))), align=2)
+                    builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                    if not single:
+                        builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
+                                      sums[4 + g])
+            _finish_pairs(builder, sums, single, args[4], builder.gep(o.data, [wide(args[7])]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot
+
+
+_dot_pairs = _pairs_dot(False)
+_dot_pairs.__doc__ = """``out[oi:oi+64]`` = clip8 of 64 lanes' ``2**21 + (H << 11) + L``, where H and L sum
     ``count`` pairwise multiply-adds of ``pairs[base + 256 p : + 128]`` (int16, as
     ``_interleave_pairs`` lays them) with the packed coefficient pairs ``khi[kbase + p]``
     and ``klo[kbase + p]``. No bounds check."""
-    sig = types.none(pairs, base, count, khi, klo, kbase, out, oi)
-
-    def codegen(context, builder, signature, args):
-        features = _host_features(context)
-        pa = context.make_array(signature.args[0])(context, builder, args[0])
-        kh = context.make_array(signature.args[3])(context, builder, args[3])
-        kl = context.make_array(signature.args[4])(context, builder, args[4])
-        o = context.make_array(signature.args[6])(context, builder, args[6])
-        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-        w16 = ir.VectorType(i32, 16)
-        base = builder.sext(args[1], i64) if args[1].type.width < 64 else args[1]
-        kbase = builder.sext(args[5], i64) if args[5].type.width < 64 else args[5]
-        count = builder.sext(args[2], i64) if args[2].type.width < 64 else args[2]
-        sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(8)]
-        with cgutils.for_range(builder, count) as loop:
-            p = loop.index
-            row = builder.add(base, builder.mul(p, ir.Constant(i64, 256)))
-            k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
-            k_lo = builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
-            for g in range(4):
-                ptr = builder.gep(pa.data, [builder.add(row, ir.Constant(i64, 32 * g))])
-                v = builder.load(builder.bitcast(ptr, ir.PointerType(ir.VectorType(i16, 32))), align=2)
-                builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
-                builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
-                              sums[4 + g])
-        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
-        for g in range(4):
-            ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
-            ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
-            ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
-            ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
-            ptr = builder.gep(o.data, [builder.add(args[7], ir.Constant(i64, 16 * g))])
-            builder.store(builder.trunc(ss, ir.VectorType(i8, 16)),
-                          builder.bitcast(ptr, ir.PointerType(ir.VectorType(i8, 16))), align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
+#: ``_dot_pairs`` for weights that are whole int16 values shifted left (``_split_pairs``'s
+#: single mode): one multiply-add a pair, ``klo`` being the shift.
+_dot_pairs_single = _pairs_dot(True)
 
 
-@intrinsic
-def _dot_rows(typingctx, src, first, pitch, count, last, khi, klo, kbase, out, oi):
-    """``_dot_pairs`` with the pairs read straight from rows of ``src``: pair p is the 64
+def _rows_dot(single: bool):
+    """``_dot_rows`` (``single``: ``_dot_rows_single``)."""
+
+    @intrinsic
+    def dot(typingctx, src, first, pitch, count, last, khi, klo, kbase, out, oi):
+        sig = types.none(src, first, pitch, count, last, khi, klo, kbase, out, oi)
+
+        def codegen(context, builder, signature, args):
+            features = _host_features(context)
+            sa = context.make_array(signature.args[0])(context, builder, args[0])
+            kh = context.make_array(signature.args[5])(context, builder, args[5])
+            kl = None if single else context.make_array(signature.args[6])(context, builder, args[6])
+            o = context.make_array(signature.args[8])(context, builder, args[8])
+            i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+            w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
+            zip16 = ir.Constant(ir.VectorType(i32, 32), [j // 2 + 16 * (j % 2) for j in range(32)])
+            first, pitch, count, last, kbase = (builder.sext(a, i64) if a.type.width < 64 else a
+                                                for a in (args[1], args[2], args[3], args[4], args[7]))
+            sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(4 if single else 8)]
+            with cgutils.for_range(builder, count) as loop:
+                p = loop.index
+                r1 = builder.add(first, builder.mul(builder.mul(p, ir.Constant(i64, 2)), pitch))
+                r2 = builder.add(r1, pitch)
+                r2 = builder.select(builder.icmp_signed(">", r2, last), last, r2)
+                k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
+                k_lo = None if single else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+                for g in range(4):
+                    def row(r):
+                        ptr = builder.gep(sa.data, [builder.add(r, ir.Constant(i64, 16 * g))])
+                        return builder.load(builder.bitcast(ptr, ir.PointerType(b16)), align=1)
+                    v = builder.zext(builder.shuffle_vector(row(r1), row(r2), zip16), ir.VectorType(i16, 32))
+                    builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                    if not single:
+                        builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
+                                      sums[4 + g])
+            oi = builder.sext(args[9], i64) if args[9].type.width < 64 else args[9]
+            _finish_pairs(builder, sums, single, args[6], builder.gep(o.data, [oi]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot
+
+
+_dot_rows = _rows_dot(False)
+_dot_rows.__doc__ = """``_dot_pairs`` with the pairs read straight from rows of ``src``: pair p is the 64
     samples at ``first + 2p * pitch`` and at ``first + (2p + 1) * pitch`` (but never past
     ``last``: a pair's missing second tap has weight 0), interleaved in registers. No
     bounds check."""
-    sig = types.none(src, first, pitch, count, last, khi, klo, kbase, out, oi)
-
-    def codegen(context, builder, signature, args):
-        features = _host_features(context)
-        sa = context.make_array(signature.args[0])(context, builder, args[0])
-        kh = context.make_array(signature.args[5])(context, builder, args[5])
-        kl = context.make_array(signature.args[6])(context, builder, args[6])
-        o = context.make_array(signature.args[8])(context, builder, args[8])
-        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-        w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
-        zip16 = ir.Constant(ir.VectorType(i32, 32), [j // 2 + 16 * (j % 2) for j in range(32)])
-        first, pitch, count, last, kbase = (builder.sext(a, i64) if a.type.width < 64 else a
-                                            for a in (args[1], args[2], args[3], args[4], args[7]))
-        sums = [cgutils.alloca_once_value(builder, ir.Constant(w16, [0] * 16)) for _ in range(8)]
-        with cgutils.for_range(builder, count) as loop:
-            p = loop.index
-            r1 = builder.add(first, builder.mul(builder.mul(p, ir.Constant(i64, 2)), pitch))
-            r2 = builder.add(r1, pitch)
-            r2 = builder.select(builder.icmp_signed(">", r2, last), last, r2)
-            k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
-            k_lo = builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
-            for g in range(4):
-                def row(r):
-                    ptr = builder.gep(sa.data, [builder.add(r, ir.Constant(i64, 16 * g))])
-                    return builder.load(builder.bitcast(ptr, ir.PointerType(b16)), align=1)
-                v = builder.zext(builder.shuffle_vector(row(r1), row(r2), zip16), ir.VectorType(i16, 32))
-                builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
-                builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
-                              sums[4 + g])
-        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
-        for g in range(4):
-            ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
-            ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
-            ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
-            ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
-            ptr = builder.gep(o.data, [builder.add(args[9], ir.Constant(i64, 16 * g))])
-            builder.store(builder.trunc(ss, b16), builder.bitcast(ptr, ir.PointerType(b16)), align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
+_dot_rows_single = _rows_dot(True)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _convolve_rows_pairs(src, rowlen, rows, bounds, khi, klo, out, out_pitch, count):
+def _convolve_rows_pairs(src, rowlen, rows, bounds, khi, klo, shift, out, out_pitch, count):
     """``_convolve`` over whole rows (``src`` holds ``rows`` rows of ``rowlen`` >= 64
     samples; tap i of output y is row ``bounds[y, 0] + i``) in int16 pairs, 64 lanes at a
     time; a last partial run is done as the 64 lanes ending the row (its overlap with the
-    previous run is written twice, with the same values)."""
+    previous run is written twice, with the same values). ``shift`` >= 0: single mode
+    (``_split_pairs``)."""
     width = khi.shape[1]
     last = (rows - 1) * rowlen
     for y in range(count):
@@ -535,7 +565,10 @@ def _convolve_rows_pairs(src, rowlen, rows, bounds, khi, klo, out, out_pitch, co
         while True:
             if j + 64 > rowlen:
                 j = rowlen - 64
-            _dot_rows(src, first + j, rowlen, (n + 1) // 2, last + j, khi, klo, y * width, out, o + j)
+            if shift >= 0:
+                _dot_rows_single(src, first + j, rowlen, (n + 1) // 2, last + j, khi, shift, y * width, out, o + j)
+            else:
+                _dot_rows(src, first + j, rowlen, (n + 1) // 2, last + j, khi, klo, y * width, out, o + j)
             j += 64
             if j >= rowlen:
                 break
@@ -556,28 +589,45 @@ def _pairable(kk):
 
 @numba.njit(nogil=True, cache=True)
 def _split_pairs(bounds, kk):
-    """(khi, klo) int32 [out, pairs]: each output's taps (2p, 2p+1) as two int16 packed in
-    an int32 (the first in the low half), of hi = k >> 11 and lo = k & 2047; a tap past
-    the output's count is 0. For ``_pairable`` coefficients."""
+    """(khi, klo, shift): each output's taps (2p, 2p+1) as two int16 packed in an int32
+    (the first in the low half; a tap past the output's count is 0), int32 [out, pairs].
+    When every weight is an int16 shifted left by a common ``shift`` (torch's int16
+    weights in 22 bits), ``khi`` holds those int16 and one multiply-add a pair does (single
+    mode; ``klo`` empty); else ``khi`` and ``klo`` hold hi = k >> 11 and lo = k & 2047 and
+    ``shift`` is -1. For ``_pairable`` coefficients."""
     n_out = bounds.shape[0]
     pairs = 1
+    common = PRECISION_BITS  # the weights' common trailing zero bits, at most 22
     for x in range(n_out):
         pairs = max(pairs, (bounds[x, 1] + 1) // 2)
+        for i in range(bounds[x, 1]):
+            k = np.int64(kk[x, i])
+            while k != 0 and (k >> common) << common != k:
+                common -= 1
+    single = True
+    for x in range(n_out):
+        for i in range(bounds[x, 1]):
+            k = np.int64(kk[x, i]) >> common
+            if k < -32768 or k > 32767:
+                single = False
     khi = np.zeros((n_out, pairs), np.int32)
-    klo = np.zeros((n_out, pairs), np.int32)
+    klo = np.zeros((n_out, pairs if not single else 0), np.int32)
     for x in range(n_out):
         for i in range(bounds[x, 1]):
             k = np.int32(kk[x, i])
+            at = np.uint32(16 * (i % 2))
+            if single:
+                khi[x, i // 2] |= np.int32(np.uint32(np.uint16(np.int16(k >> np.int32(common)))) << at)
+                continue
             hi = np.uint32(np.uint16(np.int16(k >> np.int32(_PAIR_BITS))))
             lo = np.uint32(k & np.int32((1 << _PAIR_BITS) - 1))
-            shift = np.uint32(16 * (i % 2))
-            khi[x, i // 2] |= np.int32(hi << shift)
-            klo[x, i // 2] |= np.int32(lo << shift)
-    return khi, klo
+            khi[x, i // 2] |= np.int32(hi << at)
+            klo[x, i // 2] |= np.int32(lo << at)
+    return khi, klo, (common if single else -1)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w):
+def _convolve_pairs(t, bounds, khi, klo, shift, xlo, xhi, pairs, res, out_w):
     """``_convolve`` of a 64-lane block ``t`` (``t[x * 64 + j]``, one spare column at
     ``xhi - xlo``) in int16 pairs: outputs in runs of 32, each run's columns interleaved
     into ``pairs`` (L1-sized) first."""
@@ -593,7 +643,12 @@ def _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, out_w):
         for x in range(lo, hi):
             _interleave_pairs(pairs, (x - lo) * 128, t, (x - xlo) * 64)
         for x in range(x0, x1):
-            _dot_pairs(pairs, (bounds[x, 0] - lo) * 128, (bounds[x, 1] + 1) // 2, khi, klo, x * width, res, x * 64)
+            if shift >= 0:
+                _dot_pairs_single(pairs, (bounds[x, 0] - lo) * 128, (bounds[x, 1] + 1) // 2, khi, shift, x * width,
+                                  res, x * 64)
+            else:
+                _dot_pairs(pairs, (bounds[x, 0] - lo) * 128, (bounds[x, 1] + 1) // 2, khi, klo, x * width, res,
+                           x * 64)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -609,12 +664,13 @@ def _span(bounds):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _tap_setup(bounds, kk, lanes):
-    """(paired, khi, klo, pairs scratch) for ``_convolve_block``: int16 pairs where the
+    """(paired, khi, klo, shift, pairs scratch) for ``_convolve_block``: int16 pairs where the
     block is 64 lanes and the weights allow (``_pairable``), else the int32 path."""
     out_w = bounds.shape[0]
     paired = lanes == 64 and _pairable(kk)
+    shift = -1
     if paired:
-        khi, klo = _split_pairs(bounds, kk)
+        khi, klo, shift = _split_pairs(bounds, kk)
         span = 1
         for x0 in range(0, out_w, 32):
             lo = bounds[x0, 0]
@@ -627,7 +683,7 @@ def _tap_setup(bounds, kk, lanes):
     else:
         khi = klo = np.empty((0, 0), np.int32)
         pairs = np.empty(0, np.int16)
-    return paired, khi, klo, pairs
+    return paired, khi, klo, shift, pairs
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -693,9 +749,9 @@ def _drain_block(res, dflat, y0, nr, out_w, nc, slot, lanes):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _convolve_block(t, bounds, kk, paired, khi, klo, pairs, xlo, xhi, acc, res, lanes):
+def _convolve_block(t, bounds, kk, paired, khi, klo, shift, pairs, xlo, xhi, acc, res, lanes):
     if paired:
-        _convolve_pairs(t, bounds, khi, klo, xlo, xhi, pairs, res, bounds.shape[0])
+        _convolve_pairs(t, bounds, khi, klo, shift, xlo, xhi, pairs, res, bounds.shape[0])
     else:
         _convolve(t, lanes, lanes, bounds, kk, xlo, acc, res, lanes, bounds.shape[0])
 
@@ -726,11 +782,11 @@ def _horizontal_blocked(sflat, dflat, in_w, bounds, kk, nc, sp, slot, rb):
     t = np.empty((max(xhi - xlo, 1) + 1) * lanes, np.uint8)
     res = np.empty(out_w * lanes, np.uint8)
     acc = np.empty(lanes, np.int32)
-    paired, khi, klo, pairs = _tap_setup(bounds, kk, lanes)
+    paired, khi, klo, shift, pairs = _tap_setup(bounds, kk, lanes)
     for y0 in range(0, out_h, rb):
         nr = min(rb, out_h - y0)
         _fill_block(t, sflat, y0, nr, in_row, xlo, xhi, xwide, nc, sp, slot, lanes)
-        _convolve_block(t, bounds, kk, paired, khi, klo, pairs, xlo, xhi, acc, res, lanes)
+        _convolve_block(t, bounds, kk, paired, khi, klo, shift, pairs, xlo, xhi, acc, res, lanes)
         _drain_block(res, dflat, y0, nr, out_w, nc, slot, lanes)
 
 
@@ -752,14 +808,14 @@ def _horizontal_blocked_two(sflat, dflat_a, dflat_b, in_w, bounds_a, kk_a, bound
     res_a = np.empty(out_wa * lanes, np.uint8)
     res_b = np.empty(out_wb * lanes, np.uint8)
     acc = np.empty(lanes, np.int32)
-    paired_a, khi_a, klo_a, pairs_a = _tap_setup(bounds_a, kk_a, lanes)
-    paired_b, khi_b, klo_b, pairs_b = _tap_setup(bounds_b, kk_b, lanes)
+    paired_a, khi_a, klo_a, shift_a, pairs_a = _tap_setup(bounds_a, kk_a, lanes)
+    paired_b, khi_b, klo_b, shift_b, pairs_b = _tap_setup(bounds_b, kk_b, lanes)
     for y0 in range(0, out_h, rb):
         nr = min(rb, out_h - y0)
         _fill_block(t, sflat, y0, nr, in_row, xlo, xhi, xwide, nc, sp, slot, lanes)
-        _convolve_block(t, bounds_a, kk_a, paired_a, khi_a, klo_a, pairs_a, xlo, xhi, acc, res_a, lanes)
+        _convolve_block(t, bounds_a, kk_a, paired_a, khi_a, klo_a, shift_a, pairs_a, xlo, xhi, acc, res_a, lanes)
         _drain_block(res_a, dflat_a, y0, nr, out_wa, nc, slot, lanes)
-        _convolve_block(t, bounds_b, kk_b, paired_b, khi_b, klo_b, pairs_b, xlo, xhi, acc, res_b, lanes)
+        _convolve_block(t, bounds_b, kk_b, paired_b, khi_b, klo_b, shift_b, pairs_b, xlo, xhi, acc, res_b, lanes)
         _drain_block(res_b, dflat_b, y0, nr, out_wb, nc, slot, lanes)
 
 
@@ -831,13 +887,14 @@ def vertical_pass(src, dst, bounds, kk):
     acc = np.empty(rowlen, np.int32)
     # int16 pairs (``_dot_rows``) for rows of at least 64 samples
     paired = rowlen >= 64 and _pairable(kk)
+    shift = -1
     if paired:
-        khi, klo = _split_pairs(bounds, kk)
+        khi, klo, shift = _split_pairs(bounds, kk)
     else:
         khi = klo = np.empty((0, 1), np.int32)
     if src.shape[2] == nc:
         if paired:
-            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds, khi, klo, dst.reshape(dst.size), rowlen, out_h)
+            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds, khi, klo, shift, dst.reshape(dst.size), rowlen, out_h)
         else:
             _convolve(sflat, rowlen, rowlen, bounds, kk, 0, acc, dst.reshape(dst.size), rowlen, out_h)
         return
@@ -848,8 +905,8 @@ def vertical_pass(src, dst, bounds, kk):
     for y0 in range(0, out_h, rows):
         k = min(rows, out_h - y0)
         if paired:
-            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds[y0:y0 + k], khi[y0:y0 + k], klo[y0:y0 + k], bflat,
-                                 rowlen, k)
+            _convolve_rows_pairs(sflat, rowlen, in_rows, bounds[y0:y0 + k], khi[y0:y0 + k], klo[y0:y0 + k], shift,
+                                 bflat, rowlen, k)
         else:
             _convolve(sflat, rowlen, rowlen, bounds[y0:y0 + k], kk[y0:y0 + k], 0, acc, bflat, rowlen, k)
         pack_into(block[:k], dst[y0:y0 + k])

@@ -70,9 +70,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-#: Photo-like high-entropy JPEGs from 640x480 to 12 MP (quality 90-95), then a smooth
+#: Photo-like high-entropy JPEGs from 640x480 to 12 MP (quality 92-95), then a smooth
 #: synthetic JPEG and a PNG.
-IMAGES = ["640x480:photo95", "1024x768:photo92", "1280x720:photo90", "1920x1080:photo92", "2592x1944:photo95",
+IMAGES = ["640x480:photo95", "1024x768:photo92", "1366x768:photo92", "1920x1080:photo92", "2048x1365:photo92",
           "4032x3024:photo92", "1920x1080", "2560x1440:png"]
 MODELS = ["Qwen/Qwen2-VL-7B-Instruct", "llava-hf/llava-v1.6-mistral-7b-hf", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
 SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"

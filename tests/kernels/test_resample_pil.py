@@ -416,6 +416,43 @@ def test_pass_kernels_take_any_int32_weights():
         assert np.array_equal(rp.resize(tall, 2, 3, f), want), NAMES[f]
 
 
+@pytest.mark.parametrize("shift", [0, 6, 11, 22])
+def test_pass_kernels_take_shifted_int16_weights(shift):
+    """Weights that are int16 values shifted left by a common amount (torch's int16
+    weights in 22 bits) take one multiply-add a pair of taps (``_split_pairs``'s single
+    mode); the results equal Resample.c's int32 sums, wrap-around included, for both
+    passes, every channel count and RGBX."""
+    rng = np.random.default_rng(61 + shift)
+    for nc, sp in ((1, 1), (3, 3), (3, 4), (4, 4)):
+        a = rng.integers(0, 256, (70, 90, sp), dtype=np.uint8)
+        for axis, (size, out) in enumerate(((70, 23), (90, 41))):
+            bounds, _ = _wrapping_taps(rng, size, out)
+            kk = np.zeros((out, 13), np.int32)
+            for i, n in enumerate(bounds[:, 1]):
+                kk[i, :n] = (rng.integers(-32768, 32768, n) << shift).astype(np.int32)  # wraps past 2**31
+            assert rp._split_pairs(bounds, kk)[2] == shift or not kk.any()
+            shape = (out, 90, nc) if axis == 0 else (70, out, nc)
+            got = np.empty(shape, np.uint8)
+            if axis == 0:
+                rp.resample_vertical(a, got, bounds, kk)
+            else:
+                rp.resample_horizontal(a, got, 0, bounds, kk)
+            want = _reference_pass(a, bounds, kk, axis)[..., :nc]
+            assert np.array_equal(got, want), (nc, sp, axis)
+
+
+def test_torch_weights_take_the_single_mode():
+    """torchvision's antialiased weights are int16 in 22 bits: the single mode."""
+    from sglang_mm_grpc.kernels import resample_tv
+
+    for mode in ("bilinear", "bicubic"):
+        for i, o in ((640, 336), (1920, 1680), (300, 310)):
+            bounds, kk = resample_tv.coeffs(i, o, mode)
+            assert rp._split_pairs(bounds, kk)[2] >= 0
+    bounds, kk = rp.coeffs(640, 336, rp.BICUBIC)
+    assert rp._split_pairs(bounds, kk)[2] == -1  # Pillow's 22-bit weights: int16 halves
+
+
 def _rgbx(rgb: np.ndarray, pad: int) -> np.ndarray:
     """Pillow's own RGB layout: a fourth, ignored byte per pixel."""
     out = np.full((*rgb.shape[:2], 4), pad, np.uint8)
