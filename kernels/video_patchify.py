@@ -1,6 +1,6 @@
 """Normalize + patchify one temporal group of video frames into merge-block-major rows.
 
-HF's Qwen video processors patchify ``[T, C, H, W]`` frames by
+Video processors patchify ``[T, C, H, W]`` frames by
 ``view(grid_t, temporal, C, gh/m, m, p, gw/m, m, p).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)``:
 rows are (block row, block column, sub-row, sub-column) of one temporal group, columns
 (channel, frame of the group, patch row, patch column). Unlike an image, whose temporal
