@@ -179,8 +179,7 @@ def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLi
                          "max_sampled_frames", item)
     if not len(indices):
         return
-    job = _Job(av, data, np.asarray(indices, dtype=np.int64), meta, limits, item, _budget(limits, deadline),
-               threads or THREADS,
+    job = _Job(av, data, np.asarray(indices, dtype=np.int64), meta, limits, item, deadline, threads or THREADS,
                stats if stats is not None else {})
     job.skip = "NONREF" if skip_nonref else "DEFAULT"
     k = 0  # next position in ``job.wanted``
@@ -189,19 +188,13 @@ def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLi
             rotation.append(int(getattr(frame, "rotation", 0) or 0) % 360)
         rgb = _rgb(frame, meta, item)
         while k < len(job.wanted) and job.wanted[k] == i:
+            held = time.monotonic()
             yield rgb
+            job.counter.extend(time.monotonic() - held)  # the caller's time is not decoding
             k += 1
     if k < len(job.wanted):
         raise _bad(f"the video stream ends after fewer frames than its header claims ({meta.total_num_frames}); "
                    f"frame {int(job.wanted[k])} is missing", item)
-
-
-def _budget(limits: VideoLimits, deadline: float | None) -> tuple[float, str]:
-    """(the monotonic time decoding must end by, what set it)."""
-    own = time.monotonic() + limits.decode_timeout_s
-    if deadline is not None and deadline < own:
-        return deadline, "the request's deadline"
-    return own, f"decode_timeout_s {limits.decode_timeout_s:g} s"
 
 
 class _Job:
@@ -209,12 +202,13 @@ class _Job:
     (only the runs of packets those frames need, frames not needed skipped where nothing
     references them), else every frame in order; the limits counted across both passes."""
 
-    def __init__(self, av, data, wanted, meta, limits, item, budget, threads, stats):
+    def __init__(self, av, data, wanted, meta, limits, item, deadline, threads, stats):
         self.av, self.data, self.wanted, self.meta, self.limits = av, data, wanted, meta, limits
-        self.item, self.budget, self.threads, self.stats = item, budget, threads, stats
+        self.item, self.deadline, self.threads, self.stats = item, deadline, threads, stats
         self.decoded = 0
         self.skip = "NONREF"
-        self.counter = video_index.Counter(limits.max_packets, budget[0], self._too_many_packets, self._late)
+        self.counter = video_index.Counter(limits.max_packets, limits.decode_timeout_s, deadline,
+                                           self._too_many_packets, self._late)
 
     def _too_many_packets(self) -> PreprocessError:
         n = self.limits.max_packets
@@ -222,7 +216,9 @@ class _Job:
                           self.item)
 
     def _late(self) -> PreprocessError:
-        return PreprocessError(Code.DEADLINE_EXCEEDED, f"decoding took longer than its budget ({self.budget[1]}) "
+        late_for_request = self.deadline is not None and time.monotonic() > self.deadline
+        what = "the request's deadline" if late_for_request else f"decode_timeout_s {self.limits.decode_timeout_s:g} s"
+        return PreprocessError(Code.DEADLINE_EXCEEDED, f"decoding took longer than its budget ({what}) "
                                f"after {self.decoded} frames", item=self.item, kind="video")
 
     def frame(self) -> None:

@@ -55,17 +55,28 @@ class StreamIndex:
 
 
 class Counter:
-    """The packet limit and the decode budget, checked as packets are read."""
+    """The packet limit and the two time limits, checked as packets are read: the decode
+    budget (``seconds`` of decoding, not counting the time the caller holds a frame, so
+    the pixel work done between frames and a first call's kernel compilation do not use
+    it up) and the request's ``deadline`` (a ``time.monotonic()`` value, or None), which
+    counts everything."""
 
-    def __init__(self, max_packets: int, end: float, exhausted, late):
-        self.max_packets, self.end, self.exhausted, self.late = max_packets, end, exhausted, late
+    def __init__(self, max_packets: int, seconds: float, deadline: float | None, exhausted, late):
+        self.max_packets, self.exhausted, self.late = max_packets, exhausted, late
+        self.end = time.monotonic() + seconds
+        self.deadline = deadline
         self.packets = 0
+
+    def extend(self, seconds: float) -> None:
+        """Move the decode budget's end by time not spent decoding."""
+        self.end += seconds
 
     def packet(self) -> None:
         self.packets += 1
         if self.packets > self.max_packets:
             raise self.exhausted()
-        if time.monotonic() > self.end:
+        now = time.monotonic()
+        if now > self.end or (self.deadline is not None and now > self.deadline):
             raise self.late()
 
 

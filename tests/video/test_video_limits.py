@@ -193,3 +193,24 @@ def test_frames_are_never_all_held(pp):
     frames_total = 200 * 480 * 640 * 3
     assert grown < out.pixel_values_videos.nbytes + frames_total // 2
     assert np.isfinite(out.pixel_values_videos).all()
+
+
+def test_decode_budget_counts_decoding_not_the_callers_time():
+    """Time the caller spends between frames (the pixel work on them, a first call's
+    kernel compilation) is not decoding: a slow consumer stays within decode_timeout_s,
+    while the request's deadline counts all of it."""
+    data = videogen.clip(frames=8, fps=8, size=(64, 96))
+    meta = media_video.probe(data)
+    limits = VideoLimits(decode_timeout_s=0.3)
+
+    def slow(frames):
+        got = 0
+        for _ in frames:
+            time.sleep(0.15)
+            got += 1
+        return got
+
+    assert slow(media_video.frames(data, range(8), meta, limits)) == 8  # 1.2 s held by the caller
+    with pytest.raises(PreprocessError) as e:
+        slow(media_video.frames(data, range(8), meta, limits, deadline=time.monotonic() + 0.4))
+    assert e.value.code.value == "DEADLINE_EXCEEDED" and "the request's deadline" in e.value.message

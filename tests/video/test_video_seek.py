@@ -96,7 +96,7 @@ def _keyframes(data: bytes) -> list[tuple[int, bool]]:
 
 def _index(data: bytes) -> video_index.StreamIndex | None:
     with av.open(io.BytesIO(data)) as c:
-        return video_index.build(c, c.streams.video[0], video_index.Counter(10**6, float("inf"), None, None))
+        return video_index.build(c, c.streams.video[0], video_index.Counter(10**6, float("inf"), None, None, None))
 
 
 def test_open_gop_keyframes_are_not_decode_starts(clips):
