@@ -54,6 +54,21 @@ def prompt(pp, n_images: int) -> list[int]:
     return ids + [3838, 374, 419, 30, 2]
 
 
+#: The Qwen-VL presets' token ids: video pad, image pad, vision start and end.
+QWEN_VIDEO, QWEN_IMAGE, QWEN_START, QWEN_END = 151656, 151655, 151652, 151653
+
+
+def qwen_prompt(images: int, videos: int) -> list[int]:
+    """Text tokens with the images' placeholders, then the videos', each wrapped in
+    vision_start / vision_end as Qwen's chat template wraps them."""
+    out = [1, 872, 198]
+    for _ in range(images):
+        out += [QWEN_START, QWEN_IMAGE, QWEN_END]
+    for _ in range(videos):
+        out += [QWEN_START, QWEN_VIDEO, QWEN_END]
+    return out + [3838, 2]
+
+
 def sha256(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 

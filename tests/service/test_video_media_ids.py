@@ -18,13 +18,13 @@ pytest.importorskip("av")
 import imagegen  # noqa: E402
 import videogen  # noqa: E402
 from servers import Server  # noqa: E402
+from service_support import qwen_prompt as ids  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc.client import (Client, missing_media, missing_videos, video_item,  # noqa: E402
                                    video_options)
 from sglang_mm_grpc.hashing import content_hash  # noqa: E402
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
-VIDEO_TOKEN, IMAGE_TOKEN, START, END = 151656, 151655, 151652, 151653
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 FPS2 = video_options(fps=2)
 
@@ -38,15 +38,6 @@ def server(tmp_path_factory):
 
 def client(server, **kw) -> Client:
     return Client(server.target, timeout=120, channel_options=OWN_CONNECTION, **kw)
-
-
-def ids(images: int, videos: int) -> list[int]:
-    out = [1, 872, 198]
-    for _ in range(images):
-        out += [START, IMAGE_TOKEN, END]
-    for _ in range(videos):
-        out += [START, VIDEO_TOKEN, END]
-    return out + [3838, 2]
 
 
 def clip(seed: int) -> bytes:

@@ -20,6 +20,7 @@ pytest.importorskip("av")
 import imagegen  # noqa: E402
 import videogen  # noqa: E402
 from servers import Server, free_port  # noqa: E402
+from service_support import QWEN_VIDEO as VIDEO_TOKEN, qwen_prompt as ids  # noqa: E402
 from sglang_mm_grpc import siblings  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc.client import Client, video_options  # noqa: E402
@@ -28,19 +29,9 @@ from sglang_mm_grpc.metrics import VIDEO_STAGES  # noqa: E402
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 LLAVA = "llava-hf/llava-1.5-7b-hf"
-VIDEO_TOKEN, IMAGE_TOKEN, START, END = 151656, 151655, 151652, 151653
 CLIP = videogen.clip(frames=12, fps=6, size=(56, 84), noise=6, seed=21)  # 2 s
 LONG = videogen.clip(frames=30, fps=6, size=(56, 84), seed=22)  # 5 s, over --video-max-duration 4
 IMAGE = imagegen.jpeg(64, 96, seed=23)
-
-
-def ids(images: int, videos: int) -> list[int]:
-    out = [1, 872, 198]
-    for _ in range(images):
-        out += [START, IMAGE_TOKEN, END]
-    for _ in range(videos):
-        out += [START, VIDEO_TOKEN, END]
-    return out + [3838, 2]
 
 
 def refused(fn, code: grpc.StatusCode) -> str:
