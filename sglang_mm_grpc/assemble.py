@@ -415,20 +415,32 @@ def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInp
     place.large(msg.pixel_values, _VLLM_PIXELS, out.pixel_values, dtype, whole=True)
     for name, arr in out.tensors.items():
         place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
-    present = {"pixel_values", *out.tensors}
+    _vllm_keys(msg, field_layout, "pixel_values", out.tensors, wire_key, "tensor")
+    _vllm_placeholders(msg, out.image_token_id, out.images)
+
+
+def _vllm_keys(msg: vllm_pb.MultimodalInputs, field_layout, pixels_key: str, tensors: dict, wire_key,
+               what: str) -> None:
+    """The batch's batched / flat / keep-on-CPU keys: the layout's keys of the tensors
+    present (the pixels under ``pixels_key``, and ``tensors``), named as on the wire."""
+    present = {pixels_key, *tensors}
     msg.batched_keys.extend(wire_key(k) for k in field_layout.batched if k in present)
     for k, sizes_key in field_layout.flat.items():
         if k not in present:
             continue
-        if sizes_key not in out.tensors:
+        if sizes_key not in tensors:
             raise PreprocessError(
-                Code.INTERNAL, f"vLLM layout splits {k!r} by {sizes_key!r}, but no such tensor was produced"
+                Code.INTERNAL, f"vLLM layout splits {k!r} by {sizes_key!r}, but no such {what} was produced"
             )
         msg.flat_keys[wire_key(k)] = wire_key(sizes_key)
     msg.keep_on_cpu_keys.extend(wire_key(k) for k in getattr(field_layout, "keep_on_cpu", ()) if k in present)
-    msg.im_token_id = _token_id(out.image_token_id)
-    for im in out.images:
-        offset, length = im.structural_range
+
+
+def _vllm_placeholders(msg: vllm_pb.MultimodalInputs, token_id: int, items) -> None:
+    """The batch's token id and each item's whole expansion."""
+    msg.im_token_id = _token_id(token_id)
+    for item in items:
+        offset, length = item.structural_range
         msg.mm_placeholders.add(offset=offset, length=length)
 
 
@@ -467,27 +479,14 @@ def vllm_video_inputs(out, field_layout, msg: vllm_pb.MultimodalInputs, place: _
     def wire_key(k: str) -> str:
         return "pixel_values" if k == pixels_key else k
 
-    video_tensors = dict(out.video_tensors)
+    video_tensors = out.video_tensors
     msg.modality = common_pb2.VIDEO
     msg.mm_hashes.extend(video_item_hash(v) for v in videos)
     place.large(msg.pixel_values, path, out.pixel_values_videos, dtype)
     for name, arr in video_tensors.items():
         place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
-    present = {pixels_key, *video_tensors}
-    msg.batched_keys.extend(wire_key(k) for k in field_layout.batched if k in present)
-    for k, sizes_key in field_layout.flat.items():
-        if k not in present:
-            continue
-        if sizes_key not in video_tensors:
-            raise PreprocessError(
-                Code.INTERNAL, f"vLLM layout splits {k!r} by {sizes_key!r}, but no such video tensor was produced"
-            )
-        msg.flat_keys[wire_key(k)] = wire_key(sizes_key)
-    msg.keep_on_cpu_keys.extend(wire_key(k) for k in field_layout.keep_on_cpu if k in present)
-    msg.im_token_id = _token_id(out.video_token_id)
-    for v in videos:
-        offset, length = v.structural_range
-        msg.mm_placeholders.add(offset=offset, length=length)
+    _vllm_keys(msg, field_layout, pixels_key, video_tensors, wire_key, "video tensor")
+    _vllm_placeholders(msg, out.video_token_id, videos)
 
 
 def _check_vllm_items(out: PreprocessOutput, field_layout) -> None:
