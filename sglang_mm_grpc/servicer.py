@@ -300,11 +300,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
 
     def _plan_work(self, req: "_Request", *, cancel: threading.Event) -> tuple[PlanOutput, float]:
         t0 = time.perf_counter()
-        v = req.videos
         out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                              options=req.options, image_options=req.image_options, hashes=req.media.hashes,
-                             **({"videos": v.raw, "video_options": v.options, "per_video_options": v.per_video,
-                                 "video_hashes": v.media.hashes} if v.raw else {}))
+                             **req.videos.arguments())
         self._remember(req, out.images, out.videos)
         return out, (time.perf_counter() - t0) * 1e3
 
@@ -354,13 +352,12 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         kept = None
         req = job.req
         try:
-            v = req.videos
+            videos = req.videos.arguments()
+            if videos:
+                videos["deadline"] = req.deadline
             out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                                        allocate=stager, options=req.options, image_options=req.image_options,
-                                       hashes=req.media.hashes, **({
-                                           "videos": v.raw, "video_options": v.options, "per_video_options":
-                                           v.per_video, "video_hashes": v.media.hashes, "deadline": req.deadline}
-                                           if v.raw else {}))
+                                       hashes=req.media.hashes, **videos)
             self._remember(req, out.images, out.videos)
             resp = _response(job.request, out)
             resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
@@ -684,6 +681,13 @@ class _Videos:
     media: _Media
     options: VideoOptions | None  # the request's video_options
     per_video: list | None  # each MediaItem's video_options (None where unset), or None
+
+    def arguments(self) -> dict:
+        """The video keyword arguments of ``Preprocessor.preprocess`` / ``plan`` (none without videos)."""
+        if not self.raw:
+            return {}
+        return {"videos": self.raw, "video_options": self.options, "per_video_options": self.per_video,
+                "video_hashes": self.media.hashes}
 
 
 @dataclass(frozen=True)
