@@ -45,8 +45,9 @@ class AppliedLayout:
     patch_ranges: tuple[tuple[tuple[int, int], ...], ...]  # runs of patch_id per image
 
 
-def find_placeholders(source_ids, placeholder_id: int, images: int) -> np.ndarray:
-    """The positions of ``placeholder_id`` in ``source_ids``, exactly one per image.
+def find_placeholders(source_ids, placeholder_id: int, images: int, kind: str = "image") -> np.ndarray:
+    """The positions of ``placeholder_id`` in ``source_ids``, exactly one per image (or
+    per item of another ``kind``: "video").
 
     Refuses a placeholder count that differs from the image count: a silent mismatch
     would shift every later image onto the wrong tokens.
@@ -55,8 +56,8 @@ def find_placeholders(source_ids, placeholder_id: int, images: int) -> np.ndarra
     positions = np.flatnonzero(ids == placeholder_id)
     if len(positions) != images:
         raise invalid(
-            f"input_ids hold {len(positions)} image placeholder(s) (token id {placeholder_id}) "
-            f"but the request has {images} image(s); put exactly one placeholder per image"
+            f"input_ids hold {len(positions)} {kind} placeholder(s) (token id {placeholder_id}) "
+            f"but the request has {images} {kind}(s); put exactly one placeholder per {kind}"
         )
     return positions.astype(np.int64)
 

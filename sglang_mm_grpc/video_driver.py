@@ -77,10 +77,7 @@ def video_placeholders(family: Family, ids: np.ndarray, videos: int) -> np.ndarr
     """The video placeholders' positions, exactly one per video."""
     if not videos:
         return np.zeros(0, np.int64)
-    try:
-        return find_placeholders(ids, family.video_token_id, videos)
-    except PreprocessError as e:
-        raise PreprocessError(e.code, e.detail.replace("image", "video")) from None
+    return find_placeholders(ids, family.video_token_id, videos, "video")
 
 
 def configure(family: Family, count: int, max_tokens: int, options: VideoOptions | None,
