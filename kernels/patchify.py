@@ -59,6 +59,46 @@ def _write_bands(img, bands, patch, merge, temporal, coef, lut, flat, rows, stag
     return r
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _rows_of(bv, y0, y1):
+    """The source rows [lo, hi) that output rows [y0, y1) read."""
+    lo, hi = bv[y0, 0], bv[y0, 0] + bv[y0, 1]
+    for y in range(y0, y1):
+        lo = min(lo, bv[y, 0])
+        hi = max(hi, bv[y, 0] + bv[y, 1])
+    return lo, hi
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def window_rows(bv, out_h, group):
+    """Rows a window of horizontally resampled source rows needs (``slide_window``) for
+    output rows resized ``group`` at a time."""
+    cap = 16
+    for y0 in range(0, out_h, group):
+        lo, hi = _rows_of(bv, y0, min(y0 + group, out_h))
+        cap = max(cap, hi - lo + 16)
+    return cap
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def slide_window(win, src, wlo, whi, bv, y0, y1, bh, kh):
+    """Move the window ``win`` (holding the horizontal pass of source rows [wlo, whi)) on
+    to the rows output rows [y0, y1) read: rows passed are dropped, new ones resampled
+    16 at a time. Returns the new (wlo, whi)."""
+    lo, hi = _rows_of(bv, y0, y1)
+    if lo >= whi:
+        wlo = whi = lo
+    elif lo > wlo:
+        for k in range(whi - lo):  # keep rows [lo, whi), moved to the front
+            win[k] = win[lo - wlo + k]
+        wlo = lo
+    if hi > whi:
+        upto = min(whi + 16 * ((hi - whi + 15) // 16), src.shape[0], wlo + win.shape[0])
+        resample_pil.horizontal_pass(src, win[whi - wlo:upto - wlo], np.int64(whi), bh, kh)
+        whi = upto
+    return wlo, whi
+
+
 @functools.lru_cache(maxsize=None)
 def _specialized(patch: int, merge: int, temporal: int):
     """Kernels with the geometry baked in as constants, so LLVM turns the patch-wide
@@ -88,33 +128,12 @@ def _specialized(patch: int, merge: int, temporal: int):
         r = 0
         if out_w != in_w and out_h != in_h and h_first:
             # a window of horizontally resampled source rows, [wlo, whi), computed as
-            # the groups reach them (16 rows at a time) and dropped once passed
-            cap = 16
-            for y0 in range(0, out_h, group):
-                y1 = min(y0 + group, out_h)
-                lo, hi = bv[y0, 0], bv[y0, 0] + bv[y0, 1]
-                for y in range(y0, y1):
-                    lo = min(lo, bv[y, 0])
-                    hi = max(hi, bv[y, 0] + bv[y, 1])
-                cap = max(cap, hi - lo + 16)
-            win = np.empty((cap, out_w, 3), np.uint8)
+            # the groups reach them and dropped once passed
+            win = np.empty((window_rows(bv, out_h, group), out_w, 3), np.uint8)
             wlo = whi = 0
             for y0 in range(0, out_h, group):
                 y1 = min(y0 + group, out_h)
-                lo, hi = bv[y0, 0], bv[y0, 0] + bv[y0, 1]
-                for y in range(y0, y1):
-                    lo = min(lo, bv[y, 0])
-                    hi = max(hi, bv[y, 0] + bv[y, 1])
-                if lo >= whi:
-                    wlo = whi = lo
-                elif lo > wlo:
-                    for k in range(whi - lo):  # keep rows [lo, whi), moved to the front
-                        win[k] = win[lo - wlo + k]
-                    wlo = lo
-                if hi > whi:
-                    upto = min(whi + 16 * ((hi - whi + 15) // 16), in_h, wlo + cap)
-                    resample_pil.horizontal_pass(src, win[whi - wlo:upto - wlo], np.int64(whi), bh, kh)
-                    whi = upto
+                wlo, whi = slide_window(win, src, wlo, whi, bv, y0, y1, bh, kh)
                 shifted = bv[y0:y1].copy()
                 for y in range(y1 - y0):
                     shifted[y, 0] -= wlo

@@ -1,12 +1,18 @@
-"""Normalize + patchify one temporal group of video frames into merge-block-major rows.
+"""Resize + normalize + patchify one temporal group of video frames into merge-block-major rows.
 
 Video processors patchify ``[T, C, H, W]`` frames by
 ``view(grid_t, temporal, C, gh/m, m, p, gw/m, m, p).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)``:
 rows are (block row, block column, sub-row, sub-column) of one temporal group, columns
 (channel, frame of the group, patch row, patch column). Unlike an image, whose temporal
-copies repeat one frame, each frame of the group fills its own columns. Each frame row
-is normalized once through the fused rescale+normalize table (``normalize.normalize_row``)
-into planar rows that stay in cache; every output element is written once.
+copies repeat one frame, each frame of the group fills its own columns.
+
+Fused as the image writer (``patchify``) is: a few bands of output rows at a time, each
+frame of the group goes through torch's separable resize (horizontal pass into a sliding
+window of rows, then the vertical pass; ``resample_pil``'s passes with torch's weights),
+each resized row is normalized once through the fused rescale+normalize table
+(``normalize.normalize_row``) into planar rows that stay in cache, and the group's output
+rows are written once, a merge block at a time, with streaming stores when large. The
+resized frames never exist whole.
 """
 
 from __future__ import annotations
@@ -16,63 +22,121 @@ import functools
 import numba
 import numpy as np
 
-from .normalize import arithmetic, copy_run, normalize_row
+from . import resample_pil
+from .normalize import arithmetic, copy_run, normalize_row, store_fence, stream_run, streams
+from .patchify import _group_rows, slide_window, window_rows
 
 
 @functools.lru_cache(maxsize=None)
 def _specialized(patch: int, merge: int, temporal: int):
     """The kernel with the geometry as constants (straight vector code for the moves)."""
     band = patch * merge
+    group = _group_rows(patch, merge)
 
     @numba.njit(nogil=True, cache=True)
-    def kernel(frames, coef, lut, out):
-        h, w = frames.shape[1], frames.shape[2]
-        gw = w // patch
+    def kernel(frames, alias, out_h, out_w, bh, kh, bv, kv, coef, lut, out, stream):
+        in_h, in_w = frames[0].shape[0], frames[0].shape[1]
+        gw = out_w // patch
         pp = patch * patch
         width = 3 * temporal * pp
+        block = merge * merge * width
         flat = out.reshape(out.size)
-        rows = np.empty((temporal, merge, 3, patch, w), np.float32)  # one band of each frame, planar
+        rows = np.empty((temporal, merge, 3, patch, out_w), np.float32)  # one band of each frame, planar
+        stage = np.empty(block, np.float32)  # streaming: one merge block, then out
+        res = np.empty((temporal, min(group, out_h), out_w, 3), np.uint8)
+        both = out_w != in_w and out_h != in_h
+        win = np.empty((temporal, window_rows(bv, out_h, group) if both else 1, out_w, 3), np.uint8)
+        wlo = whi = 0
         r = 0
-        for bi in range(h // band):
+        for y0 in range(0, out_h, group):
+            y1 = min(y0 + group, out_h)
+            n = y1 - y0
+            if both:
+                lo, hi = wlo, whi
+                for t in range(temporal):
+                    if alias[t] == t:
+                        lo, hi = slide_window(win[t], frames[t], wlo, whi, bv, y0, y1, bh, kh)
+                wlo, whi = lo, hi
+            shifted = bv[y0:y1].copy()
+            for y in range(n):
+                shifted[y, 0] -= wlo
             for t in range(temporal):
-                for mh in range(merge):
-                    for py in range(patch):
-                        src = frames[t, (bi * merge + mh) * patch + py].reshape(-1)
-                        normalize_row(src, w, coef, lut, rows[t, mh, 0, py], rows[t, mh, 1, py], rows[t, mh, 2, py],
-                                      3)
-            for bj in range(gw // merge):
-                for mh in range(merge):
-                    for mw in range(merge):
-                        base = (r + mh * merge + mw) * width
-                        x0 = (bj * merge + mw) * patch
-                        for c in range(3):
-                            for t in range(temporal):
-                                o = base + (c * temporal + t) * pp
-                                for py in range(patch):
-                                    copy_run(flat, o + py * patch, rows[t, mh, c, py], x0, patch)
-                r += merge * merge
+                if alias[t] != t:
+                    continue
+                if both:
+                    resample_pil.vertical_pass(win[t, :whi - wlo], res[t, :n], shifted, kv[y0:y1])
+                elif out_w != in_w:
+                    resample_pil.horizontal_pass(frames[t], res[t, :n], np.int64(y0), bh, kh)
+                elif out_h != in_h:
+                    resample_pil.vertical_pass(frames[t], res[t, :n], bv[y0:y1], kv[y0:y1])
+                else:
+                    res[t, :n] = frames[t][y0:y1]
+            for bi in range(n // band):
+                for t in range(temporal):
+                    if alias[t] != t:
+                        continue
+                    for mh in range(merge):
+                        for py in range(patch):
+                            src = res[t, (bi * merge + mh) * patch + py].reshape(-1)
+                            normalize_row(src, out_w, coef, lut, rows[t, mh, 0, py], rows[t, mh, 1, py],
+                                          rows[t, mh, 2, py], 3)
+                for bj in range(gw // merge):
+                    for mh in range(merge):
+                        for mw in range(merge):
+                            base = (mh * merge + mw) * width if stream else (r + mh * merge + mw) * width
+                            x0 = (bj * merge + mw) * patch
+                            for c in range(3):
+                                for t in range(temporal):
+                                    o = base + (c * temporal + t) * pp
+                                    f = alias[t]  # a frame repeated (padding) reuses its rows
+                                    for py in range(patch):
+                                        if stream:
+                                            copy_run(stage, o + py * patch, rows[f, mh, c, py], x0, patch)
+                                        else:
+                                            copy_run(flat, o + py * patch, rows[f, mh, c, py], x0, patch)
+                    if stream:
+                        stream_run(flat, r * width, stage, 0, block)
+                    r += merge * merge
+        if stream:
+            store_fence()
 
     return kernel
 
 
-def group_patchify(frames: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, merge: int) -> None:
-    """uint8 [temporal, H, W, 3] (one temporal group, H and W multiples of patch*merge)
-    -> ``out`` float32 [(H/patch)*(W/patch), 3*temporal*patch*patch], C-contiguous."""
-    if frames.ndim != 4 or frames.shape[3] != 3 or frames.dtype != np.uint8:
-        raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
-    t, h, w = frames.shape[:3]
+def group_resize_patchify(frames: list[np.ndarray], out_h: int, out_w: int, bh, kh, bv, kv, lut: np.ndarray,
+                          out: np.ndarray, patch: int, merge: int) -> None:
+    """One temporal group of frames (uint8 [H, W, 3], all one size; a frame that is
+    the same array as the one before, as in a padded group, is resized once), resized to ``out_h`` x ``out_w`` (multiples
+    of patch*merge) with the given axes' coefficients (``resample_tv.coeffs``'s layout,
+    horizontal pass first; an axis that keeps its size is not read) -> ``out`` float32
+    [(out_h/patch)*(out_w/patch), 3*len(frames)*patch*patch], C-contiguous."""
+    t = len(frames)
+    alias = np.arange(t, dtype=np.int64)
+    for i in range(1, t):
+        if frames[i] is frames[i - 1]:
+            alias[i] = alias[i - 1]
+    shape = frames[0].shape
+    if any(f.ndim != 3 or f.shape != shape or f.shape[2] != 3 or f.dtype != np.uint8 for f in frames):
+        raise ValueError(f"frames must be uint8 [H, W, 3] of one size, got {[(f.dtype, f.shape) for f in frames]}")
     band = patch * merge
-    if h % band or w % band:
-        raise ValueError(f"frame size {h}x{w} is not a multiple of {band}")
-    if not out.flags.c_contiguous or out.shape != ((h // patch) * (w // patch), 3 * t * patch * patch):
-        raise ValueError(f"out must be C-contiguous float32 of {(h // patch) * (w // patch)} x {3 * t * patch**2}")
+    if out_h % band or out_w % band or out_h <= 0 or out_w <= 0:
+        raise ValueError(f"target size {out_h}x{out_w} is not a positive multiple of {band}")
+    if not out.flags.c_contiguous or out.dtype != np.float32 or \
+            out.shape != ((out_h // patch) * (out_w // patch), 3 * t * patch * patch):
+        raise ValueError(f"out must be C-contiguous float32 of {(out_h // patch) * (out_w // patch)} x {3 * t * patch**2}")
     lut = np.ascontiguousarray(lut, dtype=np.float32)
-    _specialized(int(patch), int(merge), int(t))(np.ascontiguousarray(frames), arithmetic(lut), lut, out)
+    _specialized(int(patch), int(merge), t)(
+        tuple(np.ascontiguousarray(f) for f in frames), alias, int(out_h), int(out_w), np.ascontiguousarray(bh),
+        np.ascontiguousarray(kh), np.ascontiguousarray(bv), np.ascontiguousarray(kv), arithmetic(lut), lut, out,
+        streams(out))
 
 
 def warmup(patch: int = 14, merge: int = 2, temporal: int = 2) -> None:
     """Compile (or load from the on-disk cache) the kernel for this geometry."""
+    from .resample_tv import coeffs
+
     side = patch * merge
-    frames = np.zeros((temporal, side, side, 3), np.uint8)
+    frames = [np.zeros((side + 3, side + 5, 3), np.uint8)] * temporal
     out = np.empty((merge * merge, 3 * temporal * patch * patch), np.float32)
-    group_patchify(frames, np.zeros((3, 256), np.float32), out, patch, merge)
+    group_resize_patchify(frames, side, side, *coeffs(side + 5, side, "bicubic"), *coeffs(side + 3, side, "bicubic"),
+                          np.zeros((3, 256), np.float32), out, patch, merge)

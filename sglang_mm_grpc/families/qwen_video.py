@@ -6,9 +6,9 @@ the checkpoint's video_preprocessor_config.json, or its preprocessor_config.json
 transformers falls back to), frame sampling (``sample_frames`` of each class), resize
 (each class's ``smart_resize``, Qwen3-VL's counting the frames), the token expansion
 (``replace_video_token``: Qwen3-VL puts ``<{t:.1f} seconds>`` and vision start/end
-around each temporal group), then the pixels: torch's uint8 antialiased resize of each
-sampled frame, the fused rescale+normalize table and a temporal group of frames
-patchified at a time (``kernels/video_patchify``), the last frame repeated to fill a group.
+around each temporal group), then the pixels: a temporal group of sampled frames at a time, torch's uint8 antialiased
+resize, the fused rescale+normalize table and the patches in one pass
+(``kernels/video_patchify``), the last frame repeated to fill a group.
 """
 
 from __future__ import annotations
@@ -345,21 +345,31 @@ def process_video(c: VideoConfig, lut: np.ndarray, frames: Iterable[np.ndarray],
     rh, rw = plan.resized_size
     mode = resample_tv.PIL_FILTER_MODES[c.resample]
     per_group = plan.grid.h * plan.grid.w
-    stack = np.empty((c.temporal_patch_size, rh, rw, 3), np.uint8)
+    axes: dict = {}  # (in_h, in_w) -> the two axes' coefficients
     g = 0
     for group in _groups(frames, len(plan.indices), c.temporal_patch_size):
-        for t, frame in enumerate(group):
-            if t and frame is group[t - 1]:
-                stack[t] = stack[t - 1]
-            elif frame.shape[:2] == (rh, rw):
-                stack[t] = frame
-            else:
-                stack[t] = resample_tv.resize_rgb(frame, rh, rw, mode)
-        video_patchify.group_patchify(stack, lut, out[g * per_group:(g + 1) * per_group], c.patch_size,
-                                      c.merge_size)
+        if any(f.shape != group[0].shape for f in group):  # a stream that changes size: resized one by one
+            group = _same_object_runs(group, [resample_tv.resize_rgb(f, rh, rw, mode) for f in group])
+        h, w = group[0].shape[:2]
+        if (h, w) not in axes:
+            axes[h, w] = (*(resample_tv.coeffs(w, rw, mode) if w != rw else _NO_COEFFS),
+                          *(resample_tv.coeffs(h, rh, mode) if h != rh else _NO_COEFFS))
+        video_patchify.group_resize_patchify(group, rh, rw, *axes[h, w], lut,
+                                             out[g * per_group:(g + 1) * per_group], c.patch_size, c.merge_size)
         g += 1
     if g != plan.grid.t:
         raise PreprocessError(Code.INTERNAL, f"video gave {g} temporal groups, planned {plan.grid.t}", kind="video")
+
+
+_NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
+
+
+def _same_object_runs(group: list[np.ndarray], resized: list[np.ndarray]) -> list[np.ndarray]:
+    """``resized``, with a frame that repeated the one before it (padding) repeated again."""
+    for t in range(1, len(group)):
+        if group[t] is group[t - 1]:
+            resized[t] = resized[t - 1]
+    return resized
 
 
 def video_lut(c: VideoConfig) -> np.ndarray:
