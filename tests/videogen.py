@@ -1,8 +1,9 @@
-"""Real video files made with PyAV (libx264 and mpeg4 ship in its wheel), for tests and benches.
+"""Real video files made with PyAV (libx264, libx265 and mpeg4 ship in its wheel), for tests and benches.
 
-    clip(frames=..., fps=..., size=(h, w), codec="h264"|"mpeg4", container="mp4"|"avi"|"mkv",
+    clip(frames=..., fps=..., size=(h, w), codec="h264"|"hevc"|"mpeg4", container="mp4"|"avi"|"mkv",
          rotation=..., vfr=False, gop=..., noise=...) -> bytes
     hostile() -> {name: bytes}     # files each refused with their own status (see HOSTILE)
+    rewrite_packets(data, edit) -> bytes   # the same stream with each packet's bytes edited
 
 Frames are a moving gradient with a frame counter pattern and optional sensor-like noise, so
 resize and sampling errors show in the pixels and the encoder has real work.
@@ -34,12 +35,15 @@ def _frame(i: int, h: int, w: int, rng: np.random.Generator, noise: float) -> np
 
 def clip(frames: int = 12, fps: float = 24, size: tuple[int, int] = (64, 96), codec: str = "h264",
          container: str = "mp4", rotation: int = 0, vfr: bool = False, gop: int | None = None, noise: float = 0.0,
-         seed: int = 0, crf: int = 23, audio: bool = False, x264: dict | None = None) -> bytes:
+         seed: int = 0, crf: int = 23, audio: bool = False, x264: dict | None = None,
+         x265: dict | None = None) -> bytes:
     """An encoded clip of ``frames`` frames at ``fps`` (h, w = ``size``; even sizes for
     yuv420p). ``rotation``: a display matrix on the stream (degrees). ``vfr``: frame
     durations vary (1, 2 or 3 ticks of 1/(fps*2)). ``gop``: keyframe interval. ``x264``:
     libx264 options over the defaults here (e.g. ``{"preset": "medium"}`` for x264's own
-    defaults, ``{"x264-params": "open-gop=1"}``)."""
+    defaults, ``{"x264-params": "open-gop=1"}``). ``x265``: libx265 options over x265's
+    own defaults (preset medium: B-frames, open GOPs, keyint 250), its ``x265-params``
+    after ``log-level=error`` (e.g. ``{"x265-params": "keyint=12:open-gop=0"}``)."""
     import av
 
     rng = np.random.default_rng(seed)
@@ -47,10 +51,13 @@ def clip(frames: int = 12, fps: float = 24, size: tuple[int, int] = (64, 96), co
     h, w = size
     with av.open(buf, mode="w", format=container) as out:
         rate = Fraction(fps).limit_denominator(1001)
-        stream = out.add_stream("libx264" if codec == "h264" else codec, rate=rate)
+        stream = out.add_stream({"h264": "libx264", "hevc": "libx265"}.get(codec, codec), rate=rate)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         if codec == "h264":
             stream.options = {"crf": str(crf), "preset": "veryfast", **(x264 or {})}
+        if codec == "hevc":
+            params = ":".join(p for p in ("log-level=error", (x265 or {}).get("x265-params")) if p)
+            stream.options = {"crf": str(crf), "preset": "medium", **(x265 or {}), "x265-params": params}
         if gop is not None:
             stream.codec_context.gop_size = gop
         if vfr:
@@ -215,6 +222,35 @@ def hostile() -> dict[str, bytes]:
         "absurd_timestamps": _absurd_timestamps(),
         "empty": b"",
     }
+
+
+def rewrite_packets(data: bytes, edit, container: str = "mp4", extradata: bytes | None = None) -> bytes:
+    """The first video stream of ``data`` remuxed (no re-encode) with each packet's bytes
+    replaced by ``edit(k, bytes)`` (k: the packet's decode position; None drops it), and its
+    extradata by ``extradata`` when given: NAL units added, cut or relabelled in place of
+    what an encoder writes."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(io.BytesIO(data)) as src, av.open(buf, mode="w", format=container) as dst:
+        s = src.streams.video[0]
+        d = dst.add_stream_from_template(s)
+        if extradata is not None:
+            d.codec_context.extradata = extradata
+        k = 0
+        for packet in src.demux(s):
+            if packet.size == 0 and packet.pts is None:
+                continue
+            body = edit(k, bytes(packet))
+            k += 1
+            if body is None:
+                continue
+            out = av.Packet(body)
+            out.pts, out.dts, out.time_base = packet.pts, packet.dts, packet.time_base
+            out.is_keyframe = packet.is_keyframe
+            out.stream = d
+            dst.mux(out)
+    return buf.getvalue()
 
 
 def _faststart(mp4: bytes) -> bytes:

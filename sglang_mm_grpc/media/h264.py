@@ -13,6 +13,7 @@ parameter sets) or in Annex B (start codes: AVI, MPEG-TS, raw).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 #: nal_unit_type values (H.264 Table 7-1)
 SLICE, PARTITION_A, IDR = 1, 2, 5
@@ -27,6 +28,11 @@ class AccessUnit:
     idr: bool  # its slices are IDR slices
     partitioned: bool  # data partitioning (types 2-4): not handled, sequential decode
     parameter_sets: frozenset  # the SPS / PPS NAL units it carries, as bytes
+    # What the index also asks of HEVC (``hevc.AccessUnit``), fixed for H.264 as FFmpeg
+    # decodes it: no sub-layers, and an IDR's no_output_of_prior_pics_flag is not read.
+    temporal_id: ClassVar[int] = 0
+    sublayer_nonref: ClassVar[bool] = False
+    drops_waiting: ClassVar[bool] = False
 
 
 class Format:
@@ -42,8 +48,8 @@ class Format:
         elif data:
             self.parameter_sets = frozenset(n for n in _annexb(data) if n and n[0] & 0x1F in PARAMETER_SETS)
 
-    def nal_units(self, data) -> list:
-        return _annexb(bytes(data)) if self.length_size == 0 else _prefixed(memoryview(data), self.length_size)
+    def nal_units(self, data) -> list | None:
+        return nal_units(data, self.length_size)
 
     def access_unit(self, data) -> AccessUnit | None:
         """The packet's facts, or None when it is not NAL units of this format."""
@@ -63,6 +69,12 @@ class Format:
             elif kind in PARAMETER_SETS:
                 sets.append(bytes(nal))
         return AccessUnit(int(pictures), bool(idr and pictures), partitioned, frozenset(sets))
+
+
+def nal_units(data, length_size: int) -> list | None:
+    """The NAL units of ``data``: ``length_size``-byte big-endian lengths before each (0:
+    Annex B start codes); None when a length runs past the end. HEVC frames them alike."""
+    return _annexb(bytes(data)) if length_size == 0 else _prefixed(memoryview(data), length_size)
 
 
 def _prefixed(view: memoryview, size: int) -> list | None:

@@ -311,7 +311,7 @@ class _Job:
                 raise _NotAsIndexed()
             if pos < runs[r][0]:
                 continue  # a packet no wanted frame depends on: not decoded
-            cc.skip_frame = "DEFAULT" if packet.pts in number else self.skip
+            cc.skip_frame = self.skip if packet.pts not in number and index.skippable[pos] else "DEFAULT"
             self.stats["fed"] += 1
             out = cc.decode(packet)
             if pos == runs[r][1]:

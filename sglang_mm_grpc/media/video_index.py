@@ -10,7 +10,12 @@ ones already known, and no frame before it in decode order is shown after it. Wh
 of that cannot be shown from the packets, ``build`` returns None and the caller decodes
 every frame in order, as HF does.
 
-Only H.264 is indexed (its NAL units say all of the above); other codecs decode in order.
+H.264 and HEVC are indexed: one builder here, each codec's packet classifier beside it
+(``h264``, ``hevc``: a packet's pictures, IDR or not, parameter sets, and for HEVC its
+sub-layer). Frames not needed are fed with ``skip_frame=NONREF`` where the picture the
+decoder then drops is one nothing references (``StreamIndex.skippable``): every H.264
+packet; HEVC's sub-layer non-reference pictures only at the stream's top sub-layer, since
+a higher one may reference them. Other codecs decode in order.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import h264
+from . import h264, hevc
 
-INDEXED_CODECS = ("h264",)
+#: codec name -> how its packets are read (``Format(extradata).access_unit(packet)``)
+PARSERS = {"h264": h264.Format, "hevc": hevc.Format}
+INDEXED_CODECS = tuple(PARSERS)
 #: Containers whose packets carry presentation times (MP4 / QuickTime: composition
 #: offsets; Matroska: block times); AVI and raw streams number packets in decode order.
 TRUE_PTS_FORMATS = ("mov", "mp4", "matroska")
@@ -33,6 +40,7 @@ class StreamIndex:
     pts: np.ndarray  # int64 [packets], decode order
     by_frame: np.ndarray  # int64 [frames]: the decode position of frame i (frames in pts order)
     entries: np.ndarray  # int64, ascending: decode positions a decode may start at (0 first)
+    skippable: np.ndarray  # bool [packets], decode order: may be fed with skip_frame NONREF when not wanted
 
     @property
     def frames(self) -> int:
@@ -83,11 +91,14 @@ class Counter:
 def build(container, stream, counter: Counter) -> StreamIndex | None:
     """The index of ``stream`` (demuxed to its end, nothing decoded), or None when the
     packets do not show that frames can be found and decoded apart (decode in order)."""
-    if (stream.codec_context.name or "") not in INDEXED_CODECS or not _true_pts(container):
+    parser = PARSERS.get(stream.codec_context.name or "")
+    if parser is None or not _true_pts(container):
         return None
-    fmt = h264.Format(stream.codec_context.extradata)
+    fmt = parser(stream.codec_context.extradata)
     pts: list[int] = []
     idr: list[bool] = []
+    sublayer: list[int] = []  # TemporalId
+    nonref: list[bool] = []  # a sub-layer non-reference picture
     known = set(fmt.parameter_sets)
     new_sets = False
     ended = False
@@ -97,7 +108,7 @@ def build(container, stream, counter: Counter) -> StreamIndex | None:
             ended = True  # the demuxer's closing empty packet
             continue
         au = fmt.access_unit(packet) if not ended and packet.pts is not None else None
-        if au is None or au.pictures != 1 or au.partitioned or (not pts and not au.idr):
+        if au is None or au.pictures != 1 or au.partitioned or (au.drops_waiting if pts else not au.idr):
             return None
         if pts:
             new_sets = new_sets or not au.parameter_sets <= known
@@ -105,14 +116,17 @@ def build(container, stream, counter: Counter) -> StreamIndex | None:
             known |= au.parameter_sets
         pts.append(int(packet.pts))
         idr.append(au.idr)
-    return _index(np.asarray(pts, np.int64), np.asarray(idr, bool), new_sets)
+        sublayer.append(au.temporal_id)
+        nonref.append(au.sublayer_nonref)
+    skippable = ~np.asarray(nonref, bool) | (np.asarray(sublayer, np.int64) == max(sublayer, default=0))
+    return _index(np.asarray(pts, np.int64), np.asarray(idr, bool), new_sets, skippable)
 
 
 def _true_pts(container) -> bool:
     return any(name in TRUE_PTS_FORMATS for name in (container.format.name or "").split(","))
 
 
-def _index(pts: np.ndarray, idr: np.ndarray, new_sets: bool) -> StreamIndex | None:
+def _index(pts: np.ndarray, idr: np.ndarray, new_sets: bool, skippable: np.ndarray) -> StreamIndex | None:
     if not len(pts) or len(np.unique(pts)) != len(pts):
         return None
     order = np.argsort(pts, kind="stable")
@@ -123,4 +137,4 @@ def _index(pts: np.ndarray, idr: np.ndarray, new_sets: bool) -> StreamIndex | No
     entries = np.asarray([e for e in entries if e == 0 or before[e - 1] < after[e]], np.int64)
     if not len(entries) or entries[0] != 0:
         return None
-    return StreamIndex(pts, order.astype(np.int64), entries)
+    return StreamIndex(pts, order.astype(np.int64), entries, skippable)

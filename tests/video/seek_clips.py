@@ -6,6 +6,14 @@ from __future__ import annotations
 import videogen
 
 MEDIUM = {"preset": "medium"}  # x264's own defaults: 3 B-frames, B-pyramid, 3 references
+
+
+def x265(params: str = "") -> dict:
+    """libx265 at x265's own defaults (preset medium: 4 B-frames, open GOPs, keyint 250)
+    with these ``x265-params`` over them."""
+    return dict(codec="hevc", x265={"x265-params": params} if params else {})
+
+
 CLIPS = {
     "cfr_24fps_odd_61": dict(frames=61, fps=24, size=(64, 96), gop=12),
     "cfr_30fps_90": dict(frames=90, fps=30, size=(48, 80), gop=30, noise=10),
@@ -20,12 +28,24 @@ CLIPS = {
     "one_long_gop": dict(frames=120, fps=30, size=(64, 96), x264=MEDIUM),  # x264's keyint 250
     "avi_annexb": dict(frames=40, fps=25, size=(64, 96), container="avi", gop=9, x264=MEDIUM),
     "mkv": dict(frames=40, fps=25, size=(64, 96), container="matroska", gop=9, x264=MEDIUM),
+    # HEVC: IDR_N_LP starts (closed GOPs), CRA recovery points with RASL pictures (open
+    # GOPs: never starts), IDR_W_RADL with leading pictures (radl), sub-layers
+    "hevc_closed_gop_odd_61": dict(frames=61, fps=24, size=(64, 96), **x265("keyint=12:open-gop=0")),
+    "hevc_open_gop": dict(frames=96, fps=25, size=(64, 96), **x265("keyint=24")),
+    "hevc_short_gops": dict(frames=50, fps=25, size=(64, 96), **x265("keyint=3:open-gop=0")),
+    "hevc_one_long_gop": dict(frames=120, fps=30, size=(64, 96), **x265()),  # x265's keyint 250
+    "hevc_no_bframes_odd_33": dict(frames=33, fps=30000 / 1001, size=(58, 114), noise=10,
+                                   **x265("bframes=0:keyint=8:open-gop=0")),
+    "hevc_radl": dict(frames=45, fps=25, size=(64, 96), **x265("keyint=10:open-gop=0:radl=2")),
+    "hevc_sublayers": dict(frames=47, fps=25, size=(64, 96), **x265("temporal-layers=3:keyint=16:open-gop=0")),
+    "hevc_mkv": dict(frames=41, fps=25, size=(64, 96), container="matroska", **x265("keyint=8:open-gop=0:radl=2")),
 }
-#: Clips whose packets index (H.264 with presentation times: MP4, Matroska): decoded apart.
+#: Clips whose packets index (H.264 or HEVC with presentation times: MP4, Matroska): decoded apart.
 INDEXED = {n for n, kw in CLIPS.items()
-           if kw.get("codec", "h264") == "h264" and kw.get("container", "mp4") in ("mp4", "matroska")}
+           if kw.get("codec", "h264") in ("h264", "hevc") and kw.get("container", "mp4") in ("mp4", "matroska")}
+HEVC = {n for n, kw in CLIPS.items() if kw.get("codec") == "hevc"}
 #: Matroska from PyAV carries no frame count: HF cannot sample it (the header is refused).
-NO_FRAME_COUNT = {"mkv"}
+NO_FRAME_COUNT = {"mkv", "hevc_mkv"}
 
 
 def choices(total: int) -> list[list[int]]:
