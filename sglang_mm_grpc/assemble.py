@@ -52,7 +52,7 @@ memory, the tensor is written into a segment and the message carries its handle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 from smg_grpc_proto.generated import common_pb2
@@ -66,7 +66,7 @@ from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .carriers import ImageOptions, ImageResult, PreprocessOutput
 from .errors import Code, PreprocessError
 from .hashing import hash_of_hashes, keyed_hash
-from .shm import DEFAULT_MIN_BYTES, Segment, ShmArena
+from .shm import DEFAULT_MIN_BYTES, STAGED, Segment, ShmArena
 
 BACKENDS: dict[str, int] = {
     "sglang": pb.BACKEND_SGLANG,
@@ -164,7 +164,7 @@ def assemble(
     *,
     options: WireOptions | None = None,
     arena: ShmArena | None = None,
-    staged: Segment | None = None,
+    staged: Mapping[str, Segment] | None = None,
     video_field_layout=None,
     image_defaults: ImageOptions | None = None,
 ) -> Assembled:
@@ -172,9 +172,10 @@ def assemble(
 
     ``into``: fill this (empty) message instead of a new one (a response's ``payload``).
     ``field_layout``: the model's vLLM layout (``families.FieldLayout`` values).
-    ``arena``: where SHM segments come from (``options.shm``); ``staged``: a segment
-    that already holds ``out.pixel_values`` as float32 (kept by Preprocess), handed out
-    instead of a copy when the payload needs exactly that.
+    ``arena``: where SHM segments come from (``options.shm``); ``staged``: segments that
+    already hold pixel tensors of ``out`` as float32 (written there by Preprocess; by
+    tensor name), each handed out instead of a copy when a float32 SHM tensor of the
+    payload is exactly its memory (vLLM's batch, TokenSpeed's lone item of a modality).
     ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
     ``image_defaults``: the effective options of an image preprocessed with none (the
     model's ``family.effective_options(None)``): an image whose options differ gets an
@@ -307,11 +308,12 @@ def _pixel_dtype(backend: str, options: WireOptions) -> str:
 class _Placer:
     """Puts each tensor of a payload inline (directly, or in the tail) or into shared memory."""
 
-    def __init__(self, res: Assembled, options: WireOptions, arena: ShmArena | None, staged: Segment | None):
+    def __init__(self, res: Assembled, options: WireOptions, arena: ShmArena | None,
+                 staged: Mapping[str, Segment] | None):
         self.res = res
         self.options = options
         self.arena = arena if options.shm else None
-        self.staged = staged
+        self.staged = list((staged or {}).values())  # the kept result's, by tensor
 
     def small(self, td, arr: np.ndarray) -> None:
         """A model-specific tensor (its own dtype), inline or in shared memory."""
@@ -324,19 +326,17 @@ class _Placer:
         seg.buffer()[:] = arr.astype(arr.dtype.newbyteorder("<"), copy=False).reshape(-1).view(np.uint8)
         self._shm(td, seg, arr.shape, name)
 
-    def large(self, td, path: tuple[int, ...], arr: np.ndarray, dtype: str, *, whole: bool = False) -> None:
+    def large(self, td, path: tuple[int, ...], arr: np.ndarray, dtype: str) -> None:
         """A pixel tensor converted to ``dtype`` while it is copied once: into a segment, or
         into the serialized message (a ``wire.Hole`` in the tail at field ``path`` of the
-        payload). ``whole``: ``arr`` is all of the staged tensor."""
+        payload); none when a staged segment holds exactly it, which is handed out."""
         arr = np.asarray(arr)
         nbytes = arr.size * wire.WIDTHS[dtype]
-        staged = self.staged
-        if (whole and staged is not None and self.arena is not None and dtype == "float32"
-                and staged.state == "staged" and staged.nbytes == nbytes and nbytes >= self.options.shm_min_bytes):
-            self.staged = None  # one payload hands it out; later ones copy
+        staged = self._staged(arr, dtype)
+        handle = self.arena.hand_out_staged(staged) if staged is not None else None  # once; later payloads copy
+        if handle is not None:
             self.res.segments.append(staged)
-            name, offset, n, owner = self.arena.hand_out(staged, keep_mapped=True)
-            td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = name, offset, n, owner
+            td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = handle
             _shape(td, arr.shape, dtype)
             return
         seg = self._segment(nbytes)
@@ -346,6 +346,19 @@ class _Placer:
             return
         wire.cast_into(arr, seg.buffer(), dtype)
         self._shm(td, seg, arr.shape, dtype)
+
+    def _staged(self, arr: np.ndarray, dtype: str) -> Segment | None:
+        """The staged segment whose memory ``arr`` is, all of it, when the payload can hand
+        it out as is (float32, shared memory, not handed out yet, not under the minimum)."""
+        if self.arena is None or dtype != "float32" or arr.dtype != np.float32 or not arr.flags.c_contiguous:
+            return None
+        if arr.nbytes == 0 or arr.nbytes < self.options.shm_min_bytes:
+            return None
+        address = arr.ctypes.data
+        for seg in self.staged:
+            if seg.state == STAGED and seg.nbytes == arr.nbytes and _address(seg) == address:
+                return seg
+        return None
 
     def _segment(self, nbytes: int) -> Segment | None:
         if self.arena is None or nbytes == 0 or nbytes < self.options.shm_min_bytes:
@@ -361,12 +374,25 @@ class _Placer:
         _shape(td, shape, dtype)
 
     def abandon(self) -> None:
-        """The payload will not be sent: remove the segments written for it (a staged
-        segment is the kept result's again)."""
+        """The payload will not be sent: remove the segments written for it (a kept
+        result's staged segment is its own again)."""
         for seg in self.res.segments:
-            if self.arena is not None and seg.handle == "" and seg.state != "gone":
+            if self.arena is None:
+                break
+            if seg.handle == "" and seg.state != "gone":
                 self.arena.discard(seg, "failed")
+            elif seg.handle:
+                self.arena.take_back(seg)
         self.res.segments.clear()
+
+
+def _address(seg: Segment) -> int | None:
+    """Where ``seg`` is mapped here (None: not mapped any more)."""
+    m = seg.map
+    try:
+        return np.frombuffer(m, dtype=np.uint8, count=1).ctypes.data if m is not None else None
+    except ValueError:  # closed meanwhile
+        return None
 
 
 def _shape(td, shape, dtype: str) -> None:
@@ -412,7 +438,7 @@ def vllm_inputs(out: PreprocessOutput, field_layout, into: vllm_pb.MultimodalInp
     if key != "pixel_values":
         msg.encoder_input_key = key
     msg.mm_hashes.extend(image_item_hash(im, image_defaults) for im in out.images)
-    place.large(msg.pixel_values, _VLLM_PIXELS, out.pixel_values, dtype, whole=True)
+    place.large(msg.pixel_values, _VLLM_PIXELS, out.pixel_values, dtype)
     for name, arr in out.tensors.items():
         place.small(msg.model_specific_tensors[name], _vllm_dtype(name, arr))
     _vllm_keys(msg, field_layout, "pixel_values", out.tensors, wire_key, "tensor")
@@ -548,22 +574,20 @@ def tokenspeed_inputs(out: PreprocessOutput, field_layout, into: tokenspeed_pb.M
     an empty MultimodalInputs."""
     into.SetInParent()
     sources = _ts_sources(out, field_layout, video_field_layout, image_defaults)
-    whole = len(out.images) == 1 and not videos_of(out)  # the staged image tensor is this one item
     items = []
     for src in sources:
         for i, res in enumerate(src.results):
-            item = _ts_item(src, res, i, place, dtype, whole)
+            item = _ts_item(src, res, i, place, dtype)
             items.append((res.structural_range[0], item))
     items.sort(key=lambda pair: pair[0])
     # BackendPayload.tokenspeed { items {...} items {...} }: merged into the head's empty one
     place.res.tail.append(wire.field(_TS_FIELD, [item for _offset, item in items]))
 
 
-def _ts_item(src: _Source, res, i: int, place: _Placer, dtype: str, whole: bool) -> list:
+def _ts_item(src: _Source, res, i: int, place: _Placer, dtype: str) -> list:
     """Item ``i`` of ``src``: its serialized bytes with its encoder input inside."""
     item = tokenspeed_pb.MultimodalItem()
     item.modality = src.modality
-    video = src.modality == common_pb2.VIDEO
     item.content_hash = content_hash(src.item_hash(res))
     item.placeholder_token_id = _token_id(src.token_id)
     for offset, length in res.patch_ranges or (res.structural_range,):
@@ -575,7 +599,7 @@ def _ts_item(src: _Source, res, i: int, place: _Placer, dtype: str, whole: bool)
     sub = _Tail()
     place.res.tail, saved = sub.parts, place.res.tail
     try:
-        place.large(item.encoder_input, _TS_ENCODER_INLINE, pixels, dtype, whole=whole and not video)
+        place.large(item.encoder_input, _TS_ENCODER_INLINE, pixels, dtype)
     finally:
         place.res.tail = saved
     return wire.field(_TS_ITEMS, [item.SerializeToString(), *sub.parts])

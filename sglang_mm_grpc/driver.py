@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -254,9 +255,9 @@ class Preprocessor:
         False: the cache is neither read nor written (nor counted). ``max_image_tokens``:
         this request's budget per image (None or 0: the model's; a larger one than the
         model's is the model's); an image over it is refused with RESOURCE_EXHAUSTED
-        before its pixels are decoded. ``allocate(shape)``: float32 memory of that shape
-        for pixel_values (e.g. a shared-memory segment the kernels then write straight
-        into), or None to allocate as usual; the cache copies out of such memory.
+        before its pixels are decoded. ``allocate(shape, name)``: float32 memory for tensor
+        ``name`` (pixel_values, pixel_values_videos: e.g. a shared-memory segment the kernels
+        write into), or None to allocate as usual; the cache copies out of such memory.
         ``options``: what the request asks of every image (``ImageOptions``: pixel bounds,
         a token budget, OpenAI's detail), ``image_options[i]``: of image i, field by field
         over the request's (see ``configure``); each image is planned and processed by the
@@ -284,7 +285,7 @@ class Preprocessor:
         aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
                          cancel)
         pixel_values_videos, video_tensors = video_driver.process(
-            self.family, vadmitted, self.video_limits, deadline, lambda fn, n: self._each(fn, n, cancel), cache)
+            self.family, vadmitted, self.video_limits, deadline, partial(self._each, cancel=cancel), cache, allocate)
         t2 = time.perf_counter()
         positions = (self.family.positions(image_applied, plans, video_driver.items(self.family, vadmitted, vranges))
                      if vadmitted else self.family.positions(applied, plans))
@@ -392,7 +393,7 @@ class Preprocessor:
         if len(admitted) == 1 and admitted[0].cached is not None:
             return admitted[0].cached.pixel_values, [admitted[0].cached.slot], False
         shape, slots = self.family.batch_shape([a.plan for a in admitted])
-        lent = allocate(shape) if allocate is not None else None
+        lent = allocate(shape, "pixel_values") if allocate is not None else None
         if lent is not None:
             if _padded(shape, slots):
                 lent.fill(0)

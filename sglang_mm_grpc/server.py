@@ -293,7 +293,7 @@ class Server:
                  arena.owner_id, arena.namespace_id, arena.budget, arena.lease_s, self.transport.transport)
 
     def _dropped(self, kept, why: str) -> None:
-        """A kept result expired or was evicted: its unused staged segment goes (what it
+        """A kept result expired or was evicted: its unused staged segments go (what it
         handed out lives until read or its lease ends)."""
         self.transport.drop(kept.all_segments(), why)
 

@@ -55,13 +55,20 @@ class Kept:
     model: str
     output: PreprocessOutput
     field_layout: object  # families.FieldLayout (batched, flat)
-    staged: object = None  # shm.Segment holding output.pixel_values (Preprocess asked for SHM)
+    # tensor name -> the shm.Segment holding it (pixel_values, pixel_values_videos: Preprocess asked for SHM)
+    staged: dict = field(default_factory=dict)
     segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
     video_field_layout: object = None  # the family's layout of the video tensors (with videos)
     image_defaults: ImageOptions | None = None  # an image's effective options when it asks none
 
     def all_segments(self) -> list:
-        return [s for s in (self.staged, *self.segments) if s is not None]
+        return [*self.staged.values(), *self.segments]
+
+    def copied(self, segments) -> None:
+        """Own the segments a payload handed out: those written for it (its staged ones it
+        owns already)."""
+        staged = list(self.staged.values())  # Segments compare by identity
+        self.segments.extend(s for s in segments if s not in staged)
 
 
 class _Deadline:
@@ -311,7 +318,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         pp = self._model(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
-        resolved = self.transport.resolve(request.payload_options, backend, len(request.images))
+        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos))
         if backend is not None:
             asm.check_videos(backend, len(request.videos))  # before anything is fetched
         req = await self._fetched(request, context, rec, deadline, pp)
@@ -348,7 +355,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """The whole of a Preprocess after its fetch, in a pool thread. A call cancelled
         (or past its deadline) before the result is kept keeps nothing."""
         t0 = time.perf_counter()
-        stager = self.transport.stager(job.resolved)  # the kernels write pixel_values into SHM
+        stager = self.transport.stager(job.resolved)  # the kernels write the pixel tensors into SHM
         kept = None
         req = job.req
         try:
@@ -365,11 +372,14 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             if cancel.is_set():
                 raise PreprocessError(Code.CANCELLED, "request cancelled before its result was kept or assembled")
             if job.keep:
+                # its staged segments before it is stored: an eviction from then on removes them
                 kept = Kept(req.model.name, out, req.model.field_layout,
+                            staged=dict(stager.segments) if stager is not None else {},
                             video_field_layout=req.model.family.video_field_layout,
                             image_defaults=_image_defaults(req.model))
                 resp.handle = self._keep(kept)
-                kept.staged = stager.keep(resp.handle) if stager is not None else None
+                if stager is not None:
+                    stager.keep(resp.handle)
         except BaseException:
             if stager is not None:
                 stager.abandon("failed")
@@ -381,14 +391,14 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             wire_bytes, assemble_ms = self._serialized_with_payload(
                 resp, out, (req.model.field_layout, req.model.family.video_field_layout, _image_defaults(req.model)),
                 job.backend, job.rec.t0,
-                job.resolved, stager.segment if stager is not None else None, kept)
+                job.resolved, stager.segments if stager is not None else None, kept)
         except BaseException:
             self._drop_kept(resp.handle)
             if stager is not None:
                 stager.abandon("failed")
             raise
-        if kept is None and stager is not None and stager.segment is not None:
-            self.transport.drop([stager.segment], "unused")  # handed out (its lease runs) or removed
+        if kept is None and stager is not None and stager.segments:
+            self.transport.drop(list(stager.segments.values()), "unused")  # handed out (its lease runs) or removed
         return _Done(out, wire_bytes, resp.handle, assemble_ms, (time.perf_counter() - t0) * 1e3)
 
     def _serialized_with_payload(self, resp, out: PreprocessOutput, layouts: tuple, backend, t0: float,
@@ -404,7 +414,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         resp.timings.total_ms = (now - t0) * 1e3
         data = self.transport.serialize(resp, assembled)
         if kept is not None:
-            kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
+            kept.copied(assembled.segments)
         return data, assemble_ms
 
     def _drop_kept(self, done: "_Done | str") -> None:
@@ -446,7 +456,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.stages_ms["assemble"] = assemble_ms
         rec.stages_ms["queue"] = max(0.0, (time.perf_counter() - ta) * 1e3 - assemble_ms)
         if request.release:
-            # its unused staged segment goes; what this payload handed out lives until read or its lease
+            # its unused staged segments go; what this payload handed out lives until read or its lease
             gone = self.store.pop(request.handle)
             if gone is not None:
                 self.transport.drop(gone.all_segments(), "release")
@@ -458,7 +468,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                                  arena=self.transport.arena, staged=kept.staged,
                                  video_field_layout=kept.video_field_layout, image_defaults=kept.image_defaults)
         data = self.transport.serialize(resp, assembled)
-        kept.segments.extend(s for s in assembled.segments if s is not kept.staged)
+        kept.copied(assembled.segments)
         return data
 
     async def _route(self, handle: str, method: str, request, context):

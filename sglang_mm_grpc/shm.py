@@ -10,8 +10,9 @@ tensors never share a file.
 Everything a reader never reads is this server's to remove. A segment is
 
 * *staged*: written for a kept result (Preprocess asked for SHM, so the kernels wrote
-  the pixel tensor straight into it) and not handed out yet; removed when its handle
-  leaves the store (Release, Assemble with release, expiry, eviction);
+  a pixel tensor, ``pixel_values`` or ``pixel_values_videos``, straight into it) and not
+  handed out yet (``hand_out_staged``, at most once); removed when its handle leaves the
+  store (Release, Assemble with release, expiry, eviction);
 * *out*: its handle is in a payload sent to a caller; the reader removes it, else this
   server does when its lease ends (``lease_s`` after it was handed out), when the handle
   it came from is Released, and at shutdown.
@@ -387,13 +388,27 @@ class ShmArena:
         """Mark ``seg`` sent: (name, offset, nbytes, owner_id) for its ShmHandle. Its lease
         starts now. ``keep_mapped``: a kept result still reads its bytes (staged tensors)."""
         with self._lock:
-            seg.state = OUT
-            seg.lease_until = self._clock() + self.lease_s
-            self.counters.handed_out += 1
+            self._sent(seg)
         self.written(seg)
         if not keep_mapped:
             self._unmap_later(seg)
         return seg.name, 0, seg.nbytes, self.owner_id
+
+    def hand_out_staged(self, seg: Segment) -> tuple[str, int, int, str] | None:
+        """``hand_out`` of a staged segment, which stays mapped for the result that reads
+        it; None when another payload handed it out or it was removed first (two
+        Assembles of one handle at once, an expiry): that payload copies instead."""
+        with self._lock:
+            if seg.state != STAGED or seg.removed:
+                return None
+            self._sent(seg)
+        self.written(seg)
+        return seg.name, 0, seg.nbytes, self.owner_id
+
+    def _sent(self, seg: Segment) -> None:  # under the lock
+        seg.state = OUT
+        seg.lease_until = self._clock() + self.lease_s
+        self.counters.handed_out += 1
 
     def discard(self, seg: Segment, why: str) -> None:
         """Remove a segment that will not be handed out (or whose payload was not sent)."""

@@ -6,8 +6,9 @@
   size below which a tensor stays inline; unspecified takes the server's default
   (``serve --tensor-transport`` / ``$SMG_MM_TENSOR_TRANSPORT``, ``--shm-min-bytes`` /
   ``$SMG_MM_SHM_MIN_BYTES``), which applies where the backend can use it;
-* staging: a Preprocess whose options lead to a float32 SHM pixel tensor has the kernels
-  write it straight into a segment (``Stager``), which the payload then hands out;
+* staging: a Preprocess whose options lead to float32 SHM pixel tensors has the kernels
+  write ``pixel_values`` and ``pixel_values_videos`` straight into a segment each
+  (``Stager``), which the payload then hands out;
 * the segments a kept result owns, removed when it leaves the store.
 
 Bad values are INVALID_ARGUMENT; options the chosen backend cannot honour are
@@ -39,6 +40,8 @@ TRANSPORTS = {
 TRANSPORT_VALUES = {v: k for k, v in TRANSPORTS.items()}
 ENV_TRANSPORT = "SMG_MM_TENSOR_TRANSPORT"
 ENV_MIN_BYTES = "SMG_MM_SHM_MIN_BYTES"
+#: The pixel tensors a Preprocess may stage, by the name the driver's ``allocate`` gets.
+STAGEABLE = ("pixel_values", "pixel_values_videos")
 
 
 def default_transport(value: str | None = None, env=os.environ) -> str:
@@ -70,11 +73,11 @@ def default_min_bytes(value: int | None = None, env=os.environ) -> int:
 
 @dataclass(frozen=True)
 class Resolved:
-    """A call's options after the defaults: what ``assemble`` gets, and whether a
-    Preprocess should stage its pixel tensor in shared memory."""
+    """A call's options after the defaults: what ``assemble`` gets, and which pixel
+    tensors a Preprocess should stage in shared memory (``STAGEABLE`` names)."""
 
     wire: asm.WireOptions
-    stage: bool
+    stage: frozenset[str] = frozenset()
 
 
 class Transport:
@@ -87,9 +90,10 @@ class Transport:
         self.min_bytes = int(min_bytes)
         self.max_send_bytes = max_send_bytes
 
-    def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int = 0) -> Resolved:
+    def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int = 0,
+                videos: int = 0) -> Resolved:
         """``options`` for a payload to ``backend`` (None: not known yet, a two-phase Preprocess)
-        of ``images`` images (0: not known)."""
+        of ``images`` images and ``videos`` videos (what a Preprocess stages depends on them)."""
         dtype = asm.parse_pixel_dtype(options.pixel_dtype)
         if options.transport and options.transport not in TRANSPORTS:
             raise PreprocessError(Code.INVALID_ARGUMENT,
@@ -108,16 +112,12 @@ class Transport:
         wire_options = asm.WireOptions(dtype, shm, min_bytes, shm_required=named == "shm")
         if backend:
             asm.check_options(backend, wire_options)  # refused before anything is fetched
-        # staged only where a payload can hand the whole float32 tensor out: vLLM's pixel
-        # values, or TokenSpeed's one item (several items are several segments)
-        whole = name is None or name == "vllm" or (name == "tokenspeed" and images == 1)
-        stage = shm and whole and (dtype or (asm.DEFAULT_PIXEL_DTYPE[name] if name else "float32")) == "float32"
-        return Resolved(wire_options, stage)
+        return Resolved(wire_options, _staged(name, dtype, images, videos) if shm else frozenset())
 
     def stager(self, resolved: Resolved) -> "Stager | None":
         if not resolved.stage or self.arena is None:
             return None
-        return Stager(self.arena, resolved.wire.shm_min_bytes)
+        return Stager(self.arena, resolved.wire.shm_min_bytes, resolved.stage)
 
     def serialize(self, resp, assembled: asm.Assembled) -> bytes:
         """``resp`` with its assembled payload, as bytes; RESOURCE_EXHAUSTED (and the
@@ -170,37 +170,53 @@ class Transport:
         return resp
 
 
-class Stager:
-    """Allocates a Preprocess's pixel tensor in a shared-memory segment (the driver's
-    ``allocate``): the kernels write it there, and the payload hands it out."""
+def _staged(backend: str | None, dtype: str, images: int, videos: int) -> frozenset[str]:
+    """The pixel tensors a payload to ``backend`` (None: not known yet) can hand out whole
+    as float32: vLLM's (each modality's batch carries all of its tensor), TokenSpeed's
+    where one item is all of it (one image, one video; several items are several
+    segments); none in another dtype (the payload converts as it copies)."""
+    if backend not in (None, *asm.SHM_BACKENDS):
+        return frozenset()  # its payload has no shared memory
+    if (dtype or (asm.DEFAULT_PIXEL_DTYPE[backend] if backend else "float32")) != "float32":
+        return frozenset()
+    if backend == "tokenspeed":
+        return frozenset(t for t, n in zip(STAGEABLE, (images, videos)) if n == 1)
+    return frozenset(STAGEABLE)
 
-    def __init__(self, arena: ShmArena, min_bytes: int):
+
+class Stager:
+    """Allocates a Preprocess's pixel tensors in shared memory (the driver's ``allocate``),
+    one segment per tensor named in ``tensors``: the kernels write them there, and the
+    payload hands them out."""
+
+    def __init__(self, arena: ShmArena, min_bytes: int, tensors=STAGEABLE):
         self.arena = arena
         self.min_bytes = min_bytes
-        self.segment: Segment | None = None
+        self.tensors = frozenset(tensors)
+        self.segments: dict[str, Segment] = {}  # tensor name -> its staged segment
 
-    def __call__(self, shape: tuple[int, ...]) -> np.ndarray | None:
+    def __call__(self, shape: tuple[int, ...], tensor: str = "pixel_values") -> np.ndarray | None:
         nbytes = int(np.prod(shape, dtype=np.int64)) * 4
-        if nbytes == 0 or nbytes < self.min_bytes or self.segment is not None:
+        if tensor not in self.tensors or tensor in self.segments or nbytes == 0 or nbytes < self.min_bytes:
             return None
         seg = self.arena.create(nbytes)
         if seg is None:
             return None  # no room: the driver allocates as usual, the payload goes inline
-        self.segment = seg
+        self.segments[tensor] = seg
         return seg.buffer().view(np.float32).reshape(shape)
 
-    def keep(self, handle: str) -> Segment | None:
-        """The staged segment, written, now belongs to the kept result ``handle``."""
-        if self.segment is not None:
-            self.segment.handle = handle
-            self.arena.written(self.segment)
-        return self.segment
+    def keep(self, handle: str) -> None:
+        """The staged segments, written, now belong to the kept result ``handle``."""
+        for seg in self.segments.values():
+            seg.handle = handle
+            self.arena.written(seg)
 
     def abandon(self, why: str) -> None:
-        """Nothing keeps the segment and no payload handed it out: remove it."""
-        seg, self.segment = self.segment, None
-        if seg is not None and seg.state == "staged":
-            self.arena.discard(seg, why)
+        """Nothing keeps the segments and no payload handed them out: remove them."""
+        segments, self.segments = self.segments, {}
+        for seg in segments.values():
+            if seg.state == "staged":
+                self.arena.discard(seg, why)
 
 
 def _proto_version() -> str:

@@ -134,17 +134,20 @@ def _check_plan(plan, meta, i: int, target: VideoTarget, limits: media_video.Vid
 
 
 def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.VideoLimits,
-            deadline: float | None, each, cache: PreprocessCache | None = None
+            deadline: float | None, each, cache: PreprocessCache | None = None, allocate=None
             ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """pixel_values_videos (every row written once) and the video tensors; a lone cached
-    video's are the cached arrays themselves (read-only, no copy)."""
+    video's are the cached arrays themselves (read-only, no copy). ``allocate(shape,
+    name)``: the driver's (memory of the caller's, e.g. a shared-memory segment, or None)."""
     if not admitted:
         return None, {}
     if len(admitted) == 1 and admitted[0].cached is not None:
         return admitted[0].cached.pixel_values, dict(admitted[0].cached.aux)
     rows = [a.plan.feature_shape[0] for a in admitted]
     starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
-    out = np.empty((int(starts[-1]), admitted[0].plan.feature_shape[1]), np.float32)
+    shape = (int(starts[-1]), admitted[0].plan.feature_shape[1])
+    lent = allocate(shape, "pixel_values_videos") if allocate is not None else None
+    out = lent if lent is not None else np.empty(shape, np.float32)
 
     def one(i: int):
         a = admitted[i]
@@ -164,16 +167,18 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
 
     aux = each(one, len(admitted))
     if cache is not None:
-        _keep(cache, admitted, out, starts, aux)
+        _keep(cache, admitted, out, starts, aux, lent is not None)
     return out, {k: np.concatenate([x[k] for x in aux], axis=0) for k in aux[0]}
 
 
-def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray, starts, aux) -> None:
+def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray, starts, aux,
+          lent: bool = False) -> None:
     """Each newly processed video into the cache: a lone video's rows are the request's
-    own array (made read-only, no copy), several videos' rows are copied out."""
+    own array (made read-only, no copy), unless that memory is the caller's (``lent``: a
+    segment a worker reads and removes); several videos' rows are copied out."""
     for i, a in enumerate(admitted):
         if a.cached is None and a.key is not None:
-            rows = out if len(admitted) == 1 else out[starts[i]:starts[i + 1]].copy()
+            rows = out if len(admitted) == 1 and not lent else out[starts[i]:starts[i + 1]].copy()
             cache.put(a.key, CachedVideo(a.plan, rows, {k: v.copy() for k, v in aux[i].items()}, a.rotation))
 
 
