@@ -3,6 +3,9 @@ venv against HF's ``load_video``), and the frame choices tried on each."""
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import videogen
 
 MEDIUM = {"preset": "medium"}  # x264's own defaults: 3 B-frames, B-pyramid, 3 references
@@ -65,3 +68,21 @@ def choices(total: int) -> list[list[int]]:
 
 def make() -> dict[str, bytes]:
     return {name: videogen.clip(**kw) for name, kw in CLIPS.items()}
+
+
+def plain(data: bytes) -> list[np.ndarray]:
+    """Every frame as HF's loader numbers and converts them (``container.decode(video=0)``)."""
+    import av
+
+    with av.open(io.BytesIO(data)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def index(data: bytes):
+    """The packet index of the clip's video stream (no limits), or None."""
+    import av
+
+    from sglang_mm_grpc.media import video_index
+
+    with av.open(io.BytesIO(data)) as c:
+        return video_index.build(c, c.streams.video[0], video_index.Counter(10**6, float("inf"), None, None, None))

@@ -3,7 +3,9 @@ gives (what HF's ``read_video_pyav`` does: ``container.decode(video=0)`` numbere
 start), on every clip kind, every frame choice, both thread types; and it decodes less:
 GOPs without a sampled frame are not decoded, a GOP stops after its last sampled frame,
 frames not needed that nothing references are skipped. Open GOPs (keyframes that are not
-IDR) are never decode starts; AVI (no presentation times) decodes in order."""
+IDR) are never decode starts; AVI (no presentation times) decodes in order. Odd HEVC
+(broken or unusual NAL units) is not indexed: it decodes in order, as HF's loader does, or
+fails with INVALID_ARGUMENT where that decode fails."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import pytest
 av = pytest.importorskip("av")
 
 import seek_clips  # noqa: E402
+import videogen  # noqa: E402
 
 from sglang_mm_grpc.carriers import VideoMeta  # noqa: E402
-from sglang_mm_grpc.media import h264, video_index  # noqa: E402
+from sglang_mm_grpc.errors import Code, PreprocessError  # noqa: E402
+from sglang_mm_grpc.media import h264, hevc  # noqa: E402
 from sglang_mm_grpc.media import video as media_video  # noqa: E402
 
 
@@ -26,10 +30,7 @@ def clips():
     return seek_clips.make()
 
 
-def plain(data: bytes) -> list[np.ndarray]:
-    """Every frame as HF's loader numbers and converts them."""
-    with av.open(io.BytesIO(data)) as c:
-        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+plain = seek_clips.plain
 
 
 def meta_of(name: str, data: bytes, total: int) -> VideoMeta:
@@ -94,9 +95,7 @@ def _keyframes(data: bytes) -> list[tuple[int, bool]]:
         return [(k, fmt.access_unit(p).idr) for k, p in enumerate(packets) if p.is_keyframe]
 
 
-def _index(data: bytes) -> video_index.StreamIndex | None:
-    with av.open(io.BytesIO(data)) as c:
-        return video_index.build(c, c.streams.video[0], video_index.Counter(10**6, float("inf"), None, None, None))
+_index = seek_clips.index
 
 
 def test_open_gop_keyframes_are_not_decode_starts(clips):
@@ -123,3 +122,99 @@ def test_frame_numbers_follow_presentation_order(clips):
         decoded = [f.pts for f in c.decode(video=0)]
     assert decoded == [int(index.pts[p]) for p in index.by_frame]
     assert index.by_frame.tolist() != sorted(index.by_frame.tolist())  # reordered
+
+
+def _hevc_odd() -> dict[str, bytes]:
+    """The closed-GOP x265 clip (IDR every 12 frames) with one thing broken or unusual."""
+    base = videogen.clip(**seek_clips.CLIPS["hevc_closed_gop_odd_61"])
+    with av.open(io.BytesIO(base)) as c:
+        s = c.streams.video[0]
+        extradata = bytes(s.codec_context.extradata)
+        packets = [bytes(p) for p in c.demux(s) if p.size]
+    pps = next(u for u in hevc.Format(extradata).parameter_sets if u[0] >> 1 == hevc.PPS)
+    assert pps[2] >> 6 == 3  # pps_id 0, sps_id 0 (one bit each): output_flag_present_flag is bit 3
+    hiding = pps[:2] + bytes([pps[2] | 0x10]) + pps[3:]
+
+    def unit(nal: bytes) -> bytes:
+        return len(nal).to_bytes(4, "big") + nal
+
+    def at(k0: int, edit):
+        return lambda k, b: edit(b) if k == k0 else b
+
+    def byte(i: int, f):
+        return lambda b: b[:i] + bytes([f(b[i])]) + b[i + 1:]
+
+    edits = {  # byte 4, 5: the NAL unit header; byte 6: the slice segment header's first
+        "forbidden_bit": at(5, byte(4, lambda x: x | 0x80)),
+        "other_layer": at(5, byte(5, lambda x: x | 0x08)),
+        "temporal_id_plus1_zero": at(5, byte(5, lambda x: x & 0xF8)),
+        "reserved_type": at(5, byte(4, lambda x: 10 << 1 | (x & 0x81))),
+        "bla": at(12, byte(4, lambda x: 18 << 1 | (x & 0x81))),
+        "cra_first": at(0, byte(4, lambda x: 21 << 1 | (x & 0x81))),
+        "no_output_of_prior_pics": at(24, byte(6, lambda x: x | 0x40)),
+        "nal_length_past_end": at(5, lambda b: (int.from_bytes(b[:4], "big") + 1000).to_bytes(4, "big") + b[4:]),
+        "cut_packet": at(5, lambda b: b[:len(b) // 2]),
+        "garbage_packet": at(5, lambda b: np.random.default_rng(3).integers(0, 256, len(b), np.uint8).tobytes()),
+        "empty_nal": at(5, lambda b: b + bytes(4)),
+        "end_of_sequence": at(11, lambda b: b + unit(b"\x48\x01")),
+        "two_pictures": lambda k, b: b + packets[6] if k == 5 else (None if k == 6 else b),
+        "pps_hides_pictures": at(12, lambda b: unit(hiding) + b),
+        "annexb_packets": lambda k, b: b"\0\0\0\1" + b[4:],
+    }
+    odd = {name: videogen.rewrite_packets(base, edit) for name, edit in edits.items()}
+    odd["hvcc_cut"] = videogen.rewrite_packets(base, lambda k, b: b, extradata=extradata[:30])
+    return odd
+
+
+HEVC_ODD = sorted(["forbidden_bit", "other_layer", "temporal_id_plus1_zero", "reserved_type", "bla", "cra_first",
+                   "no_output_of_prior_pics", "nal_length_past_end", "cut_packet", "garbage_packet", "empty_nal",
+                   "end_of_sequence", "two_pictures", "pps_hides_pictures", "annexb_packets", "hvcc_cut"])
+
+
+@pytest.fixture(scope="module")
+def hevc_odd():
+    odd = _hevc_odd()
+    assert sorted(odd) == HEVC_ODD
+    return odd
+
+
+def _plain_until_error(data: bytes) -> tuple[list[np.ndarray], bool]:
+    """The frames a sequential decode returns before it fails, and whether it failed."""
+    got = []
+    try:
+        with av.open(io.BytesIO(data)) as c:
+            for f in c.decode(video=0):
+                got.append(f.to_ndarray(format="rgb24"))
+    except av.FFmpegError:
+        return got, True
+    return got, False
+
+
+@pytest.mark.parametrize("name", HEVC_ODD)
+def test_odd_hevc_decodes_in_order_or_fails_cleanly(hevc_odd, name):
+    data = hevc_odd[name]
+    try:
+        meta = media_video.probe(data)
+    except PreprocessError as e:
+        assert name == "hvcc_cut" and e.code is Code.INVALID_ARGUMENT and "container" in e.message
+        return
+    assert _index(data) is None
+    ref, failed = _plain_until_error(data)
+    for picks in ([0, 30, 60], [5], [60], [0, len(ref) // 2, len(ref) - 1]):
+        picks = [i for i in picks if i >= 0]
+        stats: dict = {}
+        try:
+            got = list(media_video.frames(data, picks, meta, stats=stats))
+        except PreprocessError as e:
+            assert e.code is Code.INVALID_ARGUMENT and (failed or max(picks) >= len(ref)), (name, picks, e)
+            continue
+        assert stats["path"] == "sequential" and max(picks) < len(ref)
+        assert all(np.array_equal(g, ref[i]) for g, i in zip(got, picks)), (name, picks)
+
+
+def test_hevc_refusals_guard_the_numbering(hevc_odd):
+    """Two of the refusals change what a sequential decode returns: an IDR's
+    no_output_of_prior_pics_flag discards the pictures waiting for output, and the slices
+    after a PPS with output_flag_present_flag read one more bit."""
+    assert len(_plain_until_error(hevc_odd["no_output_of_prior_pics"])[0]) < 61
+    assert len(_plain_until_error(hevc_odd["pps_hides_pictures"])[0]) < 61
