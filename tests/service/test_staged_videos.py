@@ -6,7 +6,8 @@ segment (as pixel_values): the first payload that carries the tensor whole (vLLM
 batch, TokenSpeed's lone video item) hands that segment out, and the counters show no
 copy (``written`` unchanged by the payload, ``handed_out`` up). What the stub read equals
 the in-process output bit for bit. Images and videos stage side by side; payloads that
-cannot hand a segment out (bfloat16, several TokenSpeed items, a second Assemble) copy;
+cannot hand a segment out (bfloat16, several TokenSpeed items, a second Assemble, even
+one running at the same time) copy;
 a failed request, an expired or evicted kept result and an unused staged segment leave
 nothing behind; the preprocessing cache keeps a copy, not the segment's memory.
 """
@@ -14,6 +15,7 @@ nothing behind; the preprocessing cache keeps a copy, not the segment's memory.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import blake3
 import grpc
@@ -253,3 +255,22 @@ def test_the_cache_keeps_a_copy_not_the_segment(served, stubs, local):
                              options=payload_options("float32", "inline"))
     assert again.videos[0].cached
     assert without(read(stubs, "vllm", again.payload), "transport") == want
+
+
+def test_two_assembles_at_once_hand_the_staged_segment_out_once(served, stubs, local):
+    """Two Assembles of one handle at the same time: one hands the staged segment out, the
+    other copies; both payloads name their own segment and read back the same tensor."""
+    video = clip(800)
+    want, _ = expect(local, "vllm", [], [video])
+    with Client(served.target, timeout=120) as c:
+        handle = c.preprocess(QWEN, [], qwen_prompt(0, 1), videos=[video], video_options=video_options(fps=FPS),
+                              options=SHM32).handle
+        before = shm(served)
+        with ThreadPoolExecutor(2) as pool:
+            payloads = list(pool.map(lambda _: c.assemble(handle, "vllm", options=SHM32), range(2)))
+        after = shm(served)
+        assert after.written == before.written + 1 and after.handed_out == before.handed_out + 2
+        assert len({video_td(p, "vllm").shm.name for p in payloads}) == 2
+        for p in payloads:
+            assert without(read(stubs, "vllm", p), "transport") == want
+        assert c.release(handle)
