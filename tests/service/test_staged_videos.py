@@ -7,9 +7,10 @@ batch, TokenSpeed's lone video item) hands that segment out, and the counters sh
 copy (``written`` unchanged by the payload, ``handed_out`` up). What the stub read equals
 the in-process output bit for bit. Images and videos stage side by side; payloads that
 cannot hand a segment out (bfloat16, several TokenSpeed items, a second Assemble, even
-one running at the same time) copy;
-a failed request, an expired or evicted kept result and an unused staged segment leave
-nothing behind; the preprocessing cache keeps a copy, not the segment's memory.
+one running at the same time) copy; a tensor the budget has no room for is written as
+usual and sent inline. A failed request, an expired or evicted kept result and an unused
+staged segment leave nothing behind; the preprocessing cache keeps a copy, not the
+segment's memory.
 """
 
 from __future__ import annotations
@@ -274,3 +275,23 @@ def test_two_assembles_at_once_hand_the_staged_segment_out_once(served, stubs, l
         for p in payloads:
             assert without(read(stubs, "vllm", p), "transport") == want
         assert c.release(handle)
+
+
+def test_no_room_in_the_budget_sends_the_video_inline(tmp_path, stubs, local):
+    """A 451 KB video tensor and a 256 KiB budget: not staged, not copied into a segment,
+    sent inline and correct, nothing held."""
+    server = Server(tmp_path, "--shm-budget", "256KiB", "--shm-lease", "60", "--log-level", "WARNING", models=[QWEN])
+    try:
+        video = clip(900)
+        want, _ = expect(local, "vllm", [], [video])
+        before = shm(server)
+        with Client(server.target, timeout=120) as c:
+            payload = c.preprocess(QWEN, [], qwen_prompt(0, 1), "vllm", videos=[video],
+                                   video_options=video_options(fps=FPS), options=SHM32).payload
+        after = shm(server)
+        assert video_td(payload, "vllm").WhichOneof("payload") == "inline"
+        assert after.inline_fallbacks == before.inline_fallbacks + 2  # staging, then the payload's copy
+        assert after.written == before.written and after.segments == 0 and after.peak_bytes <= 256 << 10
+        assert without(read(stubs, "vllm", payload), "transport") == want
+    finally:
+        server.stop()
