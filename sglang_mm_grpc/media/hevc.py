@@ -66,10 +66,10 @@ class Format:
             units = _hvcc_units(data)
         elif data:
             units = [n for n in h264.nal_units(data, 0) if len(n)]
-        #: False: the extradata holds what the index refuses (every packet then None)
-        self.usable = units is not None and all(_plain_parameter_set(n) for n in units if _kind(n) in
-                                                 PARAMETER_SETS)
-        self.parameter_sets = frozenset(bytes(n) for n in units or () if _kind(n) in PARAMETER_SETS)
+        sets = [n for n in units or () if _kind(n) in PARAMETER_SETS]
+        #: False: the extradata is cut short or holds what the index refuses (every packet then None)
+        self.usable = units is not None and all(_plain_parameter_set(n) for n in sets)
+        self.parameter_sets = frozenset(bytes(n) for n in sets)
 
     def nal_units(self, data) -> list | None:
         return h264.nal_units(data, self.length_size)

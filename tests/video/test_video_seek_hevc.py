@@ -190,3 +190,16 @@ def test_hvcc_records_cut_short_are_refused(clips):
     assert fmt.usable and fmt.length_size == 4 and len(fmt.parameter_sets) == 3
     assert not any(hevc.Format(extradata[:n]).usable for n in range(23, len(extradata)))
     assert hevc.Format(extradata[:22]).length_size == 0  # too short for hvcC: read as Annex B, as FFmpeg does
+
+
+def test_annexb_reads_as_the_hvcc_stream(clips):
+    """The same stream in start codes (Annex B extradata and packets) gives the same facts."""
+    data = clips["hevc_closed_gop_odd_61"]
+    with av.open(io.BytesIO(data)) as c:
+        fmt = hevc.Format(c.streams.video[0].codec_context.extradata)
+    annexb = hevc.Format(b"".join(b"\0\0\0\1" + u for u in sorted(fmt.parameter_sets)))
+    assert annexb.usable and annexb.length_size == 0 and annexb.parameter_sets == fmt.parameter_sets
+    for packet in packets(data):
+        units = fmt.nal_units(packet)
+        assert fmt.access_unit(packet).pictures == 1
+        assert annexb.access_unit(b"".join(b"\0\0\1" + bytes(u) for u in units)) == fmt.access_unit(packet)
