@@ -95,6 +95,15 @@ class PreprocessCache:
         with self._lock:
             return self._entries.get(key)
 
+    def admits(self, nbytes: int) -> bool:
+        """Whether an entry of ``nbytes`` can be held at all (counted as too large if
+        not), asked before making a copy only the cache would keep."""
+        if nbytes <= self.max_bytes:
+            return True
+        with self._lock:
+            self._stats.too_large += 1
+        return False
+
     def put(self, key: tuple[str, str], item: CachedItem | CachedVideo) -> None:
         for a in (item.pixel_values, *item.aux.values()):
             a.flags.writeable = False

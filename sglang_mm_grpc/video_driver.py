@@ -178,7 +178,10 @@ def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray
     segment a worker reads and removes); several videos' rows are copied out."""
     for i, a in enumerate(admitted):
         if a.cached is None and a.key is not None:
-            rows = out if len(admitted) == 1 and not lent else out[starts[i]:starts[i + 1]].copy()
+            whole = len(admitted) == 1 and not lent
+            if not whole and not cache.admits(out[starts[i]:starts[i + 1]].nbytes):
+                continue  # too large to keep: not copied
+            rows = out if whole else out[starts[i]:starts[i + 1]].copy()
             cache.put(a.key, CachedVideo(a.plan, rows, {k: v.copy() for k, v in aux[i].items()}, a.rotation))
 
 

@@ -87,6 +87,14 @@ def test_cached_and_new_videos_in_one_request(clips):
     _same(both, mixed)
 
 
+def test_videos_too_large_for_the_cache_are_counted_not_kept(clips):
+    pp = Preprocessor.from_model(QWEN2, cache_bytes=1024)  # smaller than either video's rows
+    out = pp.preprocess([], TWO, videos=list(clips), video_options=FPS2)
+    assert pp.cache.stats.items == 0 and pp.cache.stats.too_large == 2
+    assert [v.cached for v in pp.preprocess([], TWO, videos=list(clips), video_options=FPS2).videos] == [False, False]
+    _same(out, pp.preprocess([], TWO, videos=list(clips), video_options=FPS2, use_cache=False))
+
+
 def test_a_hit_is_held_to_the_limits_and_the_budget(clips):
     cache = PreprocessCache(1 << 30)
     Preprocessor.from_model(QWEN2, cache=cache).preprocess([], PROMPT, videos=[clips[0]], video_options=FPS2)
