@@ -26,38 +26,49 @@ from .normalize import arithmetic, copy_run, normalize_row, store_fence, stream_
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _write_bands(img, bands, patch, merge, temporal, coef, lut, flat, rows, stage, r, stream):
-    """Normalize + patchify the first ``bands`` bands (``patch * merge`` rows each) of
-    ``img`` into the output rows from ``r`` on (``flat``: the output, flat); returns the
-    next output row. ``rows`` and ``stage`` are scratch (see ``_specialized``)."""
-    w, step = img.shape[1], img.shape[2]
-    gw = w // patch
+def write_band(rows, alias, gw, patch, merge, temporal, flat, stage, r, stream):
+    """Write one band's output rows (its merge blocks, in memory order) from its normalized
+    planar rows ``rows[f, mh, c, py, x]``, temporal slot t taking frame ``alias[t]`` (an
+    image: frame 0 in every slot); each block through ``stage`` with streaming stores when
+    ``stream``. Returns the next output row."""
     pp = patch * patch
     width = 3 * temporal * pp
     block = merge * merge * width
+    for bj in range(gw // merge):
+        for mh in range(merge):
+            for mw in range(merge):
+                base = (mh * merge + mw) * width if stream else (r + mh * merge + mw) * width
+                x0 = (bj * merge + mw) * patch
+                for c in range(3):
+                    for t in range(temporal):
+                        o = base + (c * temporal + t) * pp
+                        f = alias[t]
+                        for py in range(patch):
+                            if stream:
+                                copy_run(stage, o + py * patch, rows[f, mh, c, py], x0, patch)
+                            else:
+                                copy_run(flat, o + py * patch, rows[f, mh, c, py], x0, patch)
+        if stream:
+            stream_run(flat, r * width, stage, 0, block)
+        r += merge * merge
+    return r
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _write_bands(img, bands, patch, merge, temporal, coef, lut, flat, rows, stage, r, stream):
+    """Normalize + patchify the first ``bands`` bands (``patch * merge`` rows each) of
+    ``img`` into the output rows from ``r`` on (``flat``: the output, flat); returns the
+    next output row. ``rows`` ([1, merge, 3, patch, W]) and ``stage`` are scratch (see
+    ``_specialized``); the temporal copies repeat the image."""
+    w, step = img.shape[1], img.shape[2]
+    alias = np.zeros(temporal, np.int64)
     for bi in range(bands):
         for mh in range(merge):
             for py in range(patch):
                 src = img[(bi * merge + mh) * patch + py].reshape(-1)
-                normalize_row(src, w, coef, lut, rows[mh, 0, py], rows[mh, 1, py], rows[mh, 2, py], step)
-        for bj in range(gw // merge):
-            for mh in range(merge):
-                for mw in range(merge):
-                    base = (mh * merge + mw) * width if stream else (r + mh * merge + mw) * width
-                    x0 = (bj * merge + mw) * patch
-                    for c in range(3):
-                        for t in range(temporal):
-                            o = base + (c * temporal + t) * pp
-                            for py in range(patch):
-                                if stream:
-                                    copy_run(stage, o + py * patch, rows[mh, c, py], x0, patch)
-                                else:
-                                    copy_run(flat, o + py * patch, rows[mh, c, py], x0, patch)
-            if stream:
-                stream_run(flat, r * width, stage, 0, block)
-            r += merge * merge
+                normalize_row(src, w, coef, lut, rows[0, mh, 0, py], rows[0, mh, 1, py], rows[0, mh, 2, py], step)
+        r = write_band(rows, alias, w // patch, patch, merge, temporal, flat, stage, r, stream)
     return r
-
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _rows_of(bv, y0, y1):
@@ -110,7 +121,7 @@ def _specialized(patch: int, merge: int, temporal: int):
     @numba.njit(nogil=True, cache=True)
     def kernel(img, coef, lut, out, stream=False):
         flat = out.reshape(out.size)
-        rows = np.empty((merge, 3, patch, img.shape[1]), np.float32)  # one band, planar, normalized
+        rows = np.empty((1, merge, 3, patch, img.shape[1]), np.float32)  # one band, planar, normalized
         stage = np.empty(merge * merge * out.shape[1], np.float32)  # streaming: one merge block, then out
         _write_bands(img, img.shape[0] // band, patch, merge, temporal, coef, lut, flat, rows, stage, 0, stream)
         if stream:
@@ -122,7 +133,7 @@ def _specialized(patch: int, merge: int, temporal: int):
         out), ``group`` rows at a time: the passes' intermediate rows stay in cache."""
         in_h, in_w, sp = src.shape
         flat = out.reshape(out.size)
-        rows = np.empty((merge, 3, patch, out_w), np.float32)
+        rows = np.empty((1, merge, 3, patch, out_w), np.float32)
         stage = np.empty(merge * merge * out.shape[1], np.float32)
         res = np.empty((min(group, out_h), out_w, 3), np.uint8)
         r = 0

@@ -23,8 +23,8 @@ import numba
 import numpy as np
 
 from . import resample_pil
-from .normalize import arithmetic, copy_run, normalize_row, store_fence, stream_run, streams
-from .patchify import _group_rows, slide_window, window_rows
+from .normalize import arithmetic, normalize_row, store_fence, streams
+from .patchify import _group_rows, slide_window, window_rows, write_band
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,12 +37,9 @@ def _specialized(patch: int, merge: int, temporal: int):
     def kernel(frames, alias, out_h, out_w, bh, kh, bv, kv, coef, lut, out, stream):
         in_h, in_w = frames[0].shape[0], frames[0].shape[1]
         gw = out_w // patch
-        pp = patch * patch
-        width = 3 * temporal * pp
-        block = merge * merge * width
         flat = out.reshape(out.size)
         rows = np.empty((temporal, merge, 3, patch, out_w), np.float32)  # one band of each frame, planar
-        stage = np.empty(block, np.float32)  # streaming: one merge block, then out
+        stage = np.empty(merge * merge * out.shape[1], np.float32)  # streaming: one merge block, then out
         res = np.empty((temporal, min(group, out_h), out_w, 3), np.uint8)
         both = out_w != in_w and out_h != in_h
         win = np.empty((temporal, window_rows(bv, out_h, group) if both else 1, out_w, 3), np.uint8)
@@ -80,23 +77,7 @@ def _specialized(patch: int, merge: int, temporal: int):
                             src = res[t, (bi * merge + mh) * patch + py].reshape(-1)
                             normalize_row(src, out_w, coef, lut, rows[t, mh, 0, py], rows[t, mh, 1, py],
                                           rows[t, mh, 2, py], 3)
-                for bj in range(gw // merge):
-                    for mh in range(merge):
-                        for mw in range(merge):
-                            base = (mh * merge + mw) * width if stream else (r + mh * merge + mw) * width
-                            x0 = (bj * merge + mw) * patch
-                            for c in range(3):
-                                for t in range(temporal):
-                                    o = base + (c * temporal + t) * pp
-                                    f = alias[t]  # a frame repeated (padding) reuses its rows
-                                    for py in range(patch):
-                                        if stream:
-                                            copy_run(stage, o + py * patch, rows[f, mh, c, py], x0, patch)
-                                        else:
-                                            copy_run(flat, o + py * patch, rows[f, mh, c, py], x0, patch)
-                    if stream:
-                        stream_run(flat, r * width, stage, 0, block)
-                    r += merge * merge
+                r = write_band(rows, alias, gw, patch, merge, temporal, flat, stage, r, stream)
         if stream:
             store_fence()
 
