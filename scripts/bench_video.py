@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Video bench: a 10 s 1280x720 H.264 clip, Qwen2-VL's preset, ours vs HF, one call each in turn.
+"""Video bench: a 10 s 1280x720 H.264 (or HEVC) clip, Qwen2-VL's preset, ours vs HF, one call each in turn.
 
     .venv/bin/python scripts/bench_video.py [--rounds 7] [--fps 2] [--hf-python /root/torchvenv/bin/python]
 
@@ -45,10 +45,12 @@ MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # the preset's (preprocessor_config.jso
 #: (preset medium: B-frames, keyframes at most every 250 frames), what most encoders hand
 #: out. "noisy": strong sensor noise, x264 veryfast, a keyframe every 2 s: x264 then makes
 #: almost every frame a reference, so little decoding can be skipped (the hard case, where
-#: decode alone is a third of HF's whole call).
+#: decode alone is a third of HF's whole call). "x265-defaults": the same scene as HEVC at
+#: x265's own defaults (open GOPs: only the first frame starts a decode).
 ENCODINGS = {
     "noisy": dict(noise=6.0, crf=23, gop=60),
     "x264-defaults": dict(noise=2.0, crf=23, x264={"preset": "medium"}),
+    "x265-defaults": dict(noise=2.0, crf=23, codec="hevc"),
 }
 
 
