@@ -396,6 +396,21 @@ def _pair_madd(builder, v, k32, features):
     return total
 
 
+def _accumulate_pairs(builder, acc_ptr, v, k32, features):
+    """``*acc_ptr += _pair_madd(v, k32)``: one ``vpdpwssd`` (multiply-add into the int32
+    sums, wrapping as the separate add does) where the CPU has AVX512-VNNI."""
+    if "avx512vnni" in features:
+        i16, i32 = ir.IntType(16), ir.IntType(32)
+        w16, w32 = ir.VectorType(i32, 16), ir.VectorType(i16, 32)
+        splat = builder.shuffle_vector(builder.insert_element(ir.Constant(w16, None), k32, ir.Constant(i32, 0)),
+                                       ir.Constant(w16, None), ir.Constant(w16, [0] * 16))
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(w16, [w16, w32, w32]),
+                                            "llvm.x86.avx512.vpdpwssd.512")
+        builder.store(builder.call(fn, [builder.load(acc_ptr), v, builder.bitcast(splat, w32)]), acc_ptr)
+        return
+    builder.store(builder.add(builder.load(acc_ptr), _pair_madd(builder, v, k32, features)), acc_ptr)
+
+
 @intrinsic
 def _interleave_pairs(typingctx, dst, di, src, si):
     """``dst[di + 2j] = src[si + j]``, ``dst[di + 2j + 1] = src[si + 64 + j]`` for j < 64:
@@ -470,10 +485,9 @@ def _pairs_dot(single: bool):
                 for g in range(4):
                     ptr = builder.gep(pa.data, [builder.add(row, ir.Constant(i64, 32 * g))])
                     v = builder.load(builder.bitcast(ptr, ir.PointerType(ir.VectorType(i16, 32))), align=2)
-                    builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                    _accumulate_pairs(builder, sums[g], v, k_hi, features)
                     if not single:
-                        builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
-                                      sums[4 + g])
+                        _accumulate_pairs(builder, sums[4 + g], v, k_lo, features)
             _finish_pairs(builder, sums, single, args[4], builder.gep(o.data, [wide(args[7])]))
             return context.get_dummy_value()
 
@@ -523,10 +537,9 @@ def _rows_dot(single: bool):
                         ptr = builder.gep(sa.data, [builder.add(r, ir.Constant(i64, 16 * g))])
                         return builder.load(builder.bitcast(ptr, ir.PointerType(b16)), align=1)
                     v = builder.zext(builder.shuffle_vector(row(r1), row(r2), zip16), ir.VectorType(i16, 32))
-                    builder.store(builder.add(builder.load(sums[g]), _pair_madd(builder, v, k_hi, features)), sums[g])
+                    _accumulate_pairs(builder, sums[g], v, k_hi, features)
                     if not single:
-                        builder.store(builder.add(builder.load(sums[4 + g]), _pair_madd(builder, v, k_lo, features)),
-                                      sums[4 + g])
+                        _accumulate_pairs(builder, sums[4 + g], v, k_lo, features)
             oi = builder.sext(args[9], i64) if args[9].type.width < 64 else args[9]
             _finish_pairs(builder, sums, single, args[6], builder.gep(o.data, [oi]))
             return context.get_dummy_value()
