@@ -341,35 +341,26 @@ def _groups(frames: Iterable[np.ndarray], count: int, temporal: int) -> Iterator
 def process_video(c: VideoConfig, lut: np.ndarray, frames: Iterable[np.ndarray], plan: VideoPlan,
                   out: np.ndarray) -> None:
     """Write the video's rows of pixel_values_videos (``out``, every element) from its
-    sampled frames (uint8 [H, W, 3], in order)."""
+    sampled frames (uint8 [H, W, 3], in order, all of the stream's size: the decoder
+    refuses a frame of another)."""
     rh, rw = plan.resized_size
     mode = resample_tv.PIL_FILTER_MODES[c.resample]
     per_group = plan.grid.h * plan.grid.w
-    axes: dict = {}  # (in_h, in_w) -> the two axes' coefficients
+    axes = None  # the two axes' coefficients, from the first frame's size
     g = 0
     for group in _groups(frames, len(plan.indices), c.temporal_patch_size):
-        if any(f.shape != group[0].shape for f in group):  # a stream that changes size: resized one by one
-            group = _same_object_runs(group, [resample_tv.resize_rgb(f, rh, rw, mode) for f in group])
-        h, w = group[0].shape[:2]
-        if (h, w) not in axes:
-            axes[h, w] = (*(resample_tv.coeffs(w, rw, mode) if w != rw else _NO_COEFFS),
-                          *(resample_tv.coeffs(h, rh, mode) if h != rh else _NO_COEFFS))
-        video_patchify.group_resize_patchify(group, rh, rw, *axes[h, w], lut,
-                                             out[g * per_group:(g + 1) * per_group], c.patch_size, c.merge_size)
+        if axes is None:
+            h, w = group[0].shape[:2]
+            axes = (*(resample_tv.coeffs(w, rw, mode) if w != rw else _NO_COEFFS),
+                    *(resample_tv.coeffs(h, rh, mode) if h != rh else _NO_COEFFS))
+        video_patchify.group_resize_patchify(group, rh, rw, *axes, lut, out[g * per_group:(g + 1) * per_group],
+                                             c.patch_size, c.merge_size)
         g += 1
     if g != plan.grid.t:
         raise PreprocessError(Code.INTERNAL, f"video gave {g} temporal groups, planned {plan.grid.t}", kind="video")
 
 
 _NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
-
-
-def _same_object_runs(group: list[np.ndarray], resized: list[np.ndarray]) -> list[np.ndarray]:
-    """``resized``, with a frame that repeated the one before it (padding) repeated again."""
-    for t in range(1, len(group)):
-        if group[t] is group[t - 1]:
-            resized[t] = resized[t - 1]
-    return resized
 
 
 def video_lut(c: VideoConfig) -> np.ndarray:
