@@ -105,13 +105,14 @@ class PreprocessCache:
         return False
 
     def put(self, key: tuple[str, str], item: CachedItem | CachedVideo) -> None:
+        """Keep ``item`` (its arrays made read-only: they may be the caller's own output),
+        evicting the least recently used; an item larger than the cache is only counted."""
+        nbytes = item.nbytes
+        if not self.admits(nbytes):
+            return
         for a in (item.pixel_values, *item.aux.values()):
             a.flags.writeable = False
-        nbytes = item.nbytes
         with self._lock:
-            if nbytes > self.max_bytes:
-                self._stats.too_large += 1
-                return
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old.nbytes

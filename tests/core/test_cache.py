@@ -68,9 +68,16 @@ def test_bounded_in_bytes():
 
 def test_oversized_items_are_not_cached():
     pp = Preprocessor.from_model(QWEN, cache_bytes=1000)
-    pp.preprocess([A])
+    out = pp.preprocess([A])
     pp.preprocess([A])
     assert pp.cache.stats.items == 0 and pp.cache.stats.too_large == 2
+    assert out.pixel_values.flags.writeable  # the caller's output, not shared with the cache
+
+
+def test_a_cached_lone_image_is_shared_read_only():
+    pp = Preprocessor.from_model(QWEN)
+    out = pp.preprocess([A])
+    assert pp.cache.stats.items == 1 and not out.pixel_values.flags.writeable
 
 
 def test_warmup_and_uncached_calls_leave_the_cache_alone():
