@@ -116,7 +116,7 @@ def _specialized(patch: int, merge: int, temporal: int):
     moves and the block copies into straight vector code: ``kernel`` patchifies a whole
     (resized) image; ``fused`` resizes and patchifies a group of bands at a time."""
     band = patch * merge
-    group = _group_rows(patch, merge)
+    group = group_rows(patch, merge)
 
     @numba.njit(nogil=True, cache=True)
     def kernel(img, coef, lut, out, stream=False):
@@ -234,7 +234,7 @@ _NO_COEFFS = (np.zeros((0, 2), np.int32), np.zeros((0, 1), np.int32))
 VFIRST_GROUP_BYTES = 1 << 20
 
 
-def _group_rows(patch: int, merge: int) -> int:
+def group_rows(patch: int, merge: int) -> int:
     """Rows resized per group: whole bands, and whole 16-row blocks of the horizontal pass."""
     band = patch * merge
     return band * (16 // math.gcd(band, 16))
@@ -253,7 +253,7 @@ def resampled_patchify(rgb: np.ndarray, out_h: int, out_w: int, bh, kh, bv, kv, 
         raise ValueError("out must be C-contiguous float32")
     lut = np.ascontiguousarray(lut, dtype=np.float32)
     in_h, in_w = rgb.shape[:2]
-    group_bytes = _group_rows(patch, merge) * (in_w * rgb.shape[2] + out_w * 3)
+    group_bytes = group_rows(patch, merge) * (in_w * rgb.shape[2] + out_w * 3)
     if not h_first and out_h != in_h and out_w != in_w and group_bytes > VFIRST_GROUP_BYTES:
         resized = resample_pil.separable(np.ascontiguousarray(rgb), int(out_h), int(out_w), np.ascontiguousarray(bh),
                                          np.ascontiguousarray(kh), np.ascontiguousarray(bv), np.ascontiguousarray(kv),

@@ -24,14 +24,15 @@ import numpy as np
 
 from . import resample_pil
 from .normalize import arithmetic, normalize_row, store_fence, streams
-from .patchify import _group_rows, slide_window, window_rows, write_band
+from .patchify import group_rows, slide_window, window_rows, write_band
+from .resample_tv import coeffs
 
 
 @functools.lru_cache(maxsize=None)
 def _specialized(patch: int, merge: int, temporal: int):
     """The kernel with the geometry as constants (straight vector code for the moves)."""
     band = patch * merge
-    group = _group_rows(patch, merge)
+    group = group_rows(patch, merge)
 
     @numba.njit(nogil=True, cache=True)
     def kernel(frames, alias, out_h, out_w, bh, kh, bv, kv, coef, lut, out, stream):
@@ -86,11 +87,12 @@ def _specialized(patch: int, merge: int, temporal: int):
 
 def group_resize_patchify(frames: list[np.ndarray], out_h: int, out_w: int, bh, kh, bv, kv, lut: np.ndarray,
                           out: np.ndarray, patch: int, merge: int) -> None:
-    """One temporal group of frames (uint8 [H, W, 3], all one size; a frame that is
-    the same array as the one before, as in a padded group, is resized once), resized to ``out_h`` x ``out_w`` (multiples
-    of patch*merge) with the given axes' coefficients (``resample_tv.coeffs``'s layout,
-    horizontal pass first; an axis that keeps its size is not read) -> ``out`` float32
-    [(out_h/patch)*(out_w/patch), 3*len(frames)*patch*patch], C-contiguous."""
+    """One temporal group of frames (uint8 [H, W, 3], all one size; a frame that is the
+    same array as the one before, as in a padded group, is resized once), resized to
+    ``out_h`` x ``out_w`` (multiples of patch*merge) with the given axes' coefficients
+    (``resample_tv.coeffs``'s layout, horizontal pass first; an axis that keeps its size
+    is not read) -> ``out`` float32 [(out_h/patch)*(out_w/patch), 3*len(frames)*patch*patch],
+    C-contiguous."""
     t = len(frames)
     alias = np.arange(t, dtype=np.int64)
     for i in range(1, t):
@@ -114,8 +116,6 @@ def group_resize_patchify(frames: list[np.ndarray], out_h: int, out_w: int, bh, 
 
 def warmup(patch: int = 14, merge: int = 2, temporal: int = 2) -> None:
     """Compile (or load from the on-disk cache) the kernel for this geometry."""
-    from .resample_tv import coeffs
-
     side = patch * merge
     frames = [np.zeros((side + 3, side + 5, 3), np.uint8)] * temporal
     out = np.empty((merge * merge, 3 * temporal * patch * patch), np.float32)
