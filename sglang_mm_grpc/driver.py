@@ -410,18 +410,21 @@ class Preprocessor:
             aux = a.cached.aux
         else:
             aux = a.target.family.process_item(a.image, a.plan, pixel_values[slot])
-            if cache is not None:
-                cache.put((a.hash, a.target.spec_key), self._cache_entry(a, aux, pixel_values, slot, lent))
+            entry = self._cache_entry(a, aux, pixel_values, slot, cache, lent) if cache is not None else None
+            if entry is not None:
+                cache.put((a.hash, a.target.spec_key), entry)
         a.process_ms = (time.perf_counter() - tp) * 1e3
         return aux
 
-    def _cache_entry(self, a: _Admitted, aux, pixel_values: np.ndarray, slot: tuple, lent: bool = False
-                     ) -> CachedItem:
+    def _cache_entry(self, a: _Admitted, aux, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache,
+                     lent: bool = False) -> CachedItem | None:
         """The item as a single-image batch: the request's own arrays when it is the only
         image (no copy), else (or when the memory is the caller's) a copy of its slot into
-        a fresh single-image batch."""
+        a fresh single-image batch; None when that copy is too large for the cache to keep."""
         shape, (single_slot,) = self.family.batch_shape([a.plan])
         if lent or pixel_values.shape != shape or slot != single_slot:
+            if not cache.admits(int(np.prod(shape)) * pixel_values.itemsize):
+                return None
             batch = _new_batch(shape, [single_slot])
             batch[single_slot] = pixel_values[slot]
             pixel_values, slot = batch, single_slot

@@ -28,7 +28,7 @@ from . import assemble as asm
 from . import wire
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .errors import Code, PreprocessError
-from .shm import DEFAULT_MIN_BYTES, Segment, ShmArena
+from .shm import DEFAULT_MIN_BYTES, STAGED, Segment, ShmArena
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class Stager:
         """Nothing keeps the segments and no payload handed them out: remove them."""
         segments, self.segments = self.segments, {}
         for seg in segments.values():
-            if seg.state == "staged":
+            if seg.state == STAGED:
                 self.arena.discard(seg, why)
 
 

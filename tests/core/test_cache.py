@@ -74,6 +74,12 @@ def test_oversized_items_are_not_cached():
     assert out.pixel_values.flags.writeable  # the caller's output, not shared with the cache
 
 
+def test_oversized_items_of_a_batch_are_counted_not_kept():
+    pp = Preprocessor.from_model(QWEN, cache_bytes=1000)
+    pp.preprocess([A, A])
+    assert pp.cache.stats.items == 0 and pp.cache.stats.too_large == 2
+
+
 def test_a_cached_lone_image_is_shared_read_only():
     pp = Preprocessor.from_model(QWEN)
     out = pp.preprocess([A])
