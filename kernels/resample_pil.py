@@ -28,6 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import amx
 from .pixels import pack_into, packed, rgb_or_rgbx, wide_vectors
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
@@ -832,6 +833,108 @@ def _horizontal_blocked_two(sflat, dflat_a, dflat_b, in_w, bounds_a, kk_a, bound
         _drain_block(res_b, dflat_b, y0, nr, out_wb, nc, slot, lanes)
 
 
+# -- the horizontal pass on AMX tiles (``amx``), RGBX in, RGB out ---------------------------
+#
+# Outputs go in bands of five: a tile row of 16 int32 holds five RGB pixels (15 sums).
+# A band reads the 16-pixel (64-byte) runs of source columns its taps span; the weight
+# tile of a run has a row per source pixel and, for output j and channel c, the weight
+# at column 4 * (3j + c) + c (the channel's own byte of the pixel; the padding byte X
+# gets 0).
+
+_BAND = 5
+#: 16-row blocks a band is run over in a row, its weight tiles loaded once
+#: The fewest taps an output must have for AMX to be used (see ``_amx_pays``)
+_AMX_TAPS = 8
+
+
+@numba.njit(nogil=True, cache=True)
+def _band_span(bounds, o0, o1):
+    lo = bounds[o0, 0]
+    hi = lo + 1
+    for o in range(o0, o1):
+        lo = min(lo, bounds[o, 0])
+        hi = max(hi, bounds[o, 0] + bounds[o, 1])
+    return lo, hi
+
+
+@numba.njit(nogil=True, cache=True)
+def amx_plan(bounds, kk, in_w):
+    """(runs, starts, weights) for ``horizontal_amx``: per band, how many 16-pixel source
+    runs it reads, their byte offsets in a row (the last run ends at the row end at the
+    latest) and their weight tiles, int8 [bands, runs, 3 weight bytes, 1024]. No bands
+    when a weight does not split into three bytes or rows are under 16 pixels."""
+    out_w = bounds.shape[0]
+    nb = (out_w + _BAND - 1) // _BAND
+    most = 1
+    for b in range(nb):
+        lo, hi = _band_span(bounds, b * _BAND, min(b * _BAND + _BAND, out_w))
+        most = max(most, (hi - lo + 15) // 16)
+    none = (np.zeros(0, np.int64), np.zeros((0, 1), np.int64), np.zeros((0, 1, 3, amx.TILE_BYTES), np.int8))
+    if in_w < 16:
+        return none
+    runs = np.zeros(nb, np.int64)
+    starts = np.zeros((nb, most), np.int64)
+    weights = np.zeros((nb, most, 3, amx.TILE_BYTES), np.int8)
+    for b in range(nb):
+        o0, o1 = b * _BAND, min(b * _BAND + _BAND, out_w)
+        lo, hi = _band_span(bounds, o0, o1)
+        runs[b] = (hi - lo + 15) // 16
+        for k in range(runs[b]):
+            starts[b, k] = min(lo + 16 * k, in_w - 16)
+        for o in range(o0, o1):
+            for i in range(bounds[o, 1]):
+                px = bounds[o, 0] + i
+                k = 0
+                while px >= starts[b, k] + 16:
+                    k += 1
+                b0, b1, b2, ok = amx.split_weight(np.int64(kk[o, i]))
+                if not ok:
+                    return none
+                at = (px - starts[b, k]) * 64
+                for c in range(3):
+                    col = at + 4 * (3 * (o - o0) + c) + c
+                    weights[b, k, 0, col] = b0
+                    weights[b, k, 1, col] = b1
+                    weights[b, k, 2, col] = b2
+        for k in range(runs[b]):
+            starts[b, k] *= 4
+    return runs, starts, weights
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def horizontal_amx(sflat, in_row, out_h, dflat, out_w, runs, starts, weights):
+    """The horizontal pass of RGBX rows (``in_row`` bytes each) into packed RGB rows of
+    ``out_w`` pixels, 16 rows at a time; the last 16 may overlap the ones before and are
+    written again with the same values. Needs ``out_h`` >= 16, ``amx.permitted()`` and a
+    plan with bands. Row block by row block: the weight tiles (a few hundred KB) stay in
+    L2 while the source streams through."""
+    amx.configure(amx.tile_config())
+    sums = np.empty(3 * 256, np.int32)
+    wflat = weights.reshape(weights.size)
+    most = weights.shape[1]
+    for yb in range(0, out_h, 16):
+        y0 = min(yb, out_h - 16)
+        for b in range(runs.shape[0]):
+            amx.zero_sums()
+            for k in range(runs[b]):
+                amx.accumulate(sflat, y0 * in_row + starts[b, k], in_row, wflat, (b * most + k) * 3 * amx.TILE_BYTES)
+            amx.store_sums(sums)
+            o = b * _BAND
+            amx.finish(sums, dflat, (y0 * out_w + o) * 3, out_w * 3, 3 * min(_BAND, out_w - o), _HALF,
+                       PRECISION_BITS)
+    amx.release()
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _amx_pays(bounds):
+    """AMX wins where outputs have many taps (a shrink by about 2 or more); near 1:1 its
+    mostly empty tiles lose to the int16-pair path."""
+    most = 0
+    for x in range(bounds.shape[0]):
+        most = max(most, bounds[x, 1])
+    return most >= _AMX_TAPS
+
+
 @numba.njit(nogil=True, cache=True)
 def horizontal_pass(src, dst, row0, bounds, kk):
     """``resample_horizontal`` for C-contiguous arrays, callable from other kernels.
@@ -847,6 +950,11 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
+    if nc == 3 and sp == 4 and out_h >= 16 and _amx_pays(bounds) and amx.permitted():
+        plan = amx_plan(bounds, kk, in_w)
+        if plan[0].size:
+            horizontal_amx(sflat, in_w * 4, out_h, dflat, out_w, plan[0], plan[1], plan[2])
+            return
     if nc == 3 and sp == 4:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
     elif nc == 3:
@@ -873,6 +981,14 @@ def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b)
     fa = dst_a.reshape(dst_a.size)
     fb = dst_b.reshape(dst_b.size)
     sp = src.shape[2]
+    if nc == 3 and sp == 4 and out_h >= 16 and _amx_pays(bounds_a) and _amx_pays(bounds_b) and amx.permitted():
+        plan_a = amx_plan(bounds_a, kk_a, in_w)
+        plan_b = amx_plan(bounds_b, kk_b, in_w)
+        if plan_a[0].size and plan_b[0].size:
+            # one width after the other: both sets of weight tiles would not stay in L2 together
+            horizontal_amx(sflat, in_w * 4, out_h, fa, out_wa, plan_a[0], plan_a[1], plan_a[2])
+            horizontal_amx(sflat, in_w * 4, out_h, fb, dst_b.shape[1], plan_b[0], plan_b[1], plan_b[2])
+            return
     if nc == 3 and sp == 4:
         _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 4, 4, 16)
     elif nc == 3:

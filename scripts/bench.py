@@ -45,9 +45,10 @@ Sections (each prints its table; all numbers are medians of repeated runs):
 Images are generated deterministically: high-entropy photo-like JPEGs (``WxH:photoQ``,
 fine texture and sensor noise at quality Q, about 4 bits per pixel, decoding as slowly as
 camera photos do) and smooth synthetic ones (``WxH``, JPEG q90; ``WxH:png``).
-This process tunes glibc malloc and turns Pillow's block allocator on as ``serve`` does
-(``allocator.py``, ``media.enable_in_place_decode``), so tensors are reused rather than
-faulted in afresh and decoded pixels are read in place.
+This process tunes glibc malloc, turns Pillow's block allocator on and asks for AMX tiles
+as ``serve`` does (``allocator.py``, ``media.enable_in_place_decode``, ``kernels.amx``), so
+tensors are reused rather than faulted in afresh, decoded pixels are read in place, and
+the resize kernels multiply on AMX tiles where the CPU has them (``--no-amx``: not).
 """
 
 from __future__ import annotations
@@ -1170,6 +1171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stage-images", nargs="+", default=STAGE_IMAGES,
                     help="images of the stages section (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--no-amx", action="store_true", help="leave AMX tiles off in this process (serve --no-amx)")
     ap.add_argument("--seconds", type=float, default=10.0, help="throughput window per server")
     ap.add_argument("--quick", action="store_true", help="fewer repeats and shorter windows")
     ap.add_argument("--json", help="write all results here")
@@ -1183,6 +1185,10 @@ def main(argv=None) -> int:
 
     tuned = tune_for_large_tensors()  # as the server does: this process, the servers it starts
     results: dict = {"machine": _machine(tuned)}
+    from sglang_mm_grpc.kernels import amx
+
+    results["machine"]["amx_tiles"] = False if args.no_amx else amx.request()  # as the server does
+    print(f"AMX tiles: {'on' if results['machine']['amx_tiles'] else 'off'}")
     if "inprocess" in args.sections:
         print("in-process, one thread, ms (median); floor = decode + write; /floor = ours / floor; x = HF / ours")
         print(INPROCESS_HEADER)

@@ -245,13 +245,23 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         help="refuse client-chosen media ids (bind_id, and media_id other than a blake3 hash); hashes still work "
         "(default: client ids are on, each bound for the caller that bound it: docs/REQUESTS.md)",
     )
+    _add_process_settings(p)
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.set_defaults(func=run_serve)
+    return p
+
+
+def _add_process_settings(p) -> None:
+    """Settings of the server's whole process that it changes unless told not to."""
     p.add_argument(
         "--malloc-defaults", action="store_true",
         help="leave glibc malloc as it is (default: tuned so freed tensors are reused, see docs/SERVICE.md)",
     )
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.set_defaults(func=run_serve)
-    return p
+    p.add_argument(
+        "--no-amx", dest="no_amx", action="store_true",
+        help="do not ask Linux for AMX tiles: the resize kernels use AVX-512 only (default: AMX where the CPU "
+        "has it, see docs/SERVICE.md)",
+    )
 
 
 def _add_options(group, options) -> None:
@@ -436,7 +446,8 @@ def run_serve(args) -> int:
         return 2
     if args.max_message_bytes:
         args.max_receive_bytes = args.max_send_bytes = args.max_message_bytes
-    config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults, **_given(
+    config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults,
+                          amx=not args.no_amx, **_given(
         processor=args.processor, client_media_ids=False if getattr(args, "no_client_media_ids", False) else None,
         **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
     ))

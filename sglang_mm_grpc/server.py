@@ -31,6 +31,7 @@ from grpc_reflection.v1alpha import reflection
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .admission import default_max_in_flight
 from .allocator import tune_for_large_tensors
+from .kernels import amx
 from .config import preset_names
 from .cache import PreprocessCache
 from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, Preprocessor
@@ -119,6 +120,8 @@ class ServerConfig:
     metrics_port: int = 0
     # glibc malloc keeps freed tensors for the next request (see allocator.py).
     tune_malloc: bool = True
+    # Ask Linux for AMX tiles, which the resize kernels use where the CPU has them (see kernels/amx.py).
+    amx: bool = True
     # How payload tensors travel to vLLM / TokenSpeed workers when a request does not say:
     # inline | shm | auto (None: $SMG_MM_TENSOR_TRANSPORT, else inline).
     tensor_transport: str | None = None
@@ -157,6 +160,8 @@ class Server:
     def __init__(self, config: ServerConfig):
         self.config = config
         enable_in_place_decode()  # the server owns its process: decoded pixels are read in place
+        if config.amx:
+            amx.request()  # the resize kernels' tile multiplies, where the CPU has them
         self.workers = config.workers or default_threads()
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
         self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s,

@@ -1,6 +1,7 @@
 """Importing the package (the Python API, the client) changes nothing global in the host
 process; the server turns on what it needs for itself (Pillow's block allocator, so
-decoded pixels are read in place)."""
+decoded pixels are read in place; AMX tiles for the resize kernels, where the CPU has
+them)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ import sys
 from servers import REPO
 
 PROBE = r"""
-import json, os, sys, threading
+import ctypes, json, os, sys, threading
 import numba, numpy as np
 from PIL import Image
+
+def amx_permission():
+    # arch_prctl(ARCH_GET_XCOMP_PERM): the extended states this process may use
+    mask = ctypes.c_uint64(0)
+    ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(mask))
+    return mask.value
 
 def state():
     return {
@@ -24,6 +31,7 @@ def state():
         "threads": threading.active_count(),
         "numpy_err": np.geterr(),
         "recursion": sys.getrecursionlimit(),
+        "amx_permission": amx_permission(),
     }
 
 before = state()
@@ -40,7 +48,8 @@ if sys.argv[1:] == ["server"]:
     from sglang_mm_grpc.server import Server, ServerConfig
     Server(ServerConfig(port=0))
     server_side = Image.core.get_use_block_allocator()
-print(json.dumps({"before": before, "after": after, "server": server_side,
+from sglang_mm_grpc.kernels import amx
+print(json.dumps({"before": before, "after": after, "server": server_side, "amx": amx.granted(),
                   "tokens": int(out.images[0].token_count)}))
 """
 
@@ -60,3 +69,17 @@ def test_importing_and_using_the_package_changes_no_global():
 def test_the_server_reads_decoded_pixels_in_place():
     got = _probe("server")
     assert got["before"]["pillow_block_allocator"] == 0 and got["server"] == 1
+
+
+def test_the_server_asks_for_amx_tiles_where_the_cpu_has_them():
+    """Only the server asks (the probe's library use above left the permission as it was);
+    its resize kernels then multiply on tiles. Without AMX on the CPU nothing changes."""
+    plain = _probe()
+    assert plain["amx"] is False
+    got = _probe("server")
+    xtiledata = 1 << 18
+    if not got["before"]["amx_permission"] & (1 << 17):  # no AMX tile config state on this CPU
+        assert got["amx"] is False
+        return
+    assert not got["before"]["amx_permission"] & xtiledata
+    assert got["amx"] is True

@@ -1,0 +1,239 @@
+"""Intel AMX int8 tiles for the horizontal resampling pass, where the CPU and the process have them.
+
+A horizontal pass over a band of source columns is a small matrix product: 16 source rows
+(as RGBX bytes) times a matrix of weights gives 16 rows of a few outputs. AMX's
+``tdpbusd`` multiplies a 16 x 64 byte tile by a 64 x 16 one in one instruction (16K
+multiply-adds), where AVX-512 does 64 a cycle. Pillow's 22-bit weights go in as three
+signed bytes (``split_weight``); three int32 products recombine exactly (``finish``).
+
+Linux hands AMX's large register state to a process only on request
+(``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and the request is a setting of the whole process
+(its threads' signal frames grow by 8 KB). So importing changes nothing: the server asks
+(``request``), and so may a host process that wants the same; the kernels check the
+permission on every call (``permitted``) and use AVX-512 without it. Without AMX on the
+CPU the intrinsics compile to nothing and ``permitted`` is always false.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_SYS_ARCH_PRCTL = 158  # x86-64
+_ARCH_GET_XCOMP_PERM = 0x1022
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+#: Tiles: C (three int32 accumulators, one per weight byte) 0-2, A (source rows) 3, B (weights) 4-6.
+_C, _A, _B = (0, 1, 2), 3, (4, 5, 6)
+TILE_BYTES = 1024  # 16 rows of 64 bytes
+
+
+def _features(context) -> frozenset:
+    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
+
+
+def _has_amx(context) -> bool:
+    return {"amx-tile", "amx-int8"} <= _features(context)
+
+
+def request() -> bool:
+    """Ask Linux for AMX tile data for this whole process; whether the kernels may use it."""
+    if sys.platform != "linux" or not hasattr(ctypes, "CDLL"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)
+    except (OSError, AttributeError):
+        return False
+    return bool(_permitted())
+
+
+def granted() -> bool:
+    """Whether this process may use AMX tiles now (and the kernels were compiled with them)."""
+    return bool(_permitted())
+
+
+@intrinsic
+def permitted(typingctx):
+    """Whether the kernels may run AMX instructions: compiled for a CPU with AMX-INT8, and
+    this process granted tile data (``arch_prctl(ARCH_GET_XCOMP_PERM)``, through libc's
+    ``syscall``)."""
+
+    def codegen(context, builder, signature, args):
+        i1, i64 = ir.IntType(1), ir.IntType(64)
+        if not _has_amx(context):
+            return ir.Constant(i1, 0)
+        mask = cgutils.alloca_once_value(builder, ir.Constant(i64, 0))
+        syscall = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64], var_arg=True),
+                                                 "syscall")
+        rax = builder.call(syscall, [ir.Constant(i64, _SYS_ARCH_PRCTL), ir.Constant(i64, _ARCH_GET_XCOMP_PERM),
+                                     builder.ptrtoint(mask, i64)])
+        bit = builder.and_(builder.load(mask), ir.Constant(i64, 1 << _XFEATURE_XTILEDATA))
+        return builder.and_(builder.icmp_signed("==", rax, ir.Constant(i64, 0)),
+                            builder.icmp_unsigned("!=", bit, ir.Constant(i64, 0)))
+
+    return types.boolean(), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _permitted():
+    return permitted()
+
+
+def _void(builder, name, argtypes):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), argtypes), name)
+
+
+def _data(context, builder, ty, value):
+    return builder.bitcast(context.make_array(ty)(context, builder, value).data, ir.PointerType(ir.IntType(8)))
+
+
+@intrinsic
+def configure(typingctx, cfg):
+    """Load the tile configuration (``tile_config``) for this thread."""
+
+    def codegen(context, builder, signature, args):
+        if _has_amx(context):
+            builder.call(_void(builder, "llvm.x86.ldtilecfg", [ir.PointerType(ir.IntType(8))]),
+                         [_data(context, builder, signature.args[0], args[0])])
+        return context.get_dummy_value()
+
+    return types.none(cfg), codegen
+
+
+@intrinsic
+def release(typingctx):
+    """Drop this thread's tile state (so context switches stop saving it)."""
+
+    def codegen(context, builder, signature, args):
+        if _has_amx(context):
+            builder.call(_void(builder, "llvm.x86.tilerelease", []), [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def zero_sums(typingctx):
+    """C tiles = 0."""
+
+    def codegen(context, builder, signature, args):
+        if _has_amx(context):
+            fn = _void(builder, "llvm.x86.tilezero", [ir.IntType(8)])
+            for t in _C:
+                builder.call(fn, [ir.Constant(ir.IntType(8), t)])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def accumulate(typingctx, src, si, pitch, weights, wi):
+    """C[p] += A x B[p] for the three weight bytes p: A is 16 rows of 64 bytes at
+    ``src[si + r * pitch]``, B[p] the 16 x 64 tile at ``weights[wi + p * 1024]`` (VNNI
+    layout). No bounds check."""
+
+    def codegen(context, builder, signature, args):
+        if not _has_amx(context):
+            return context.get_dummy_value()
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        ptr = ir.PointerType(i8)
+        load = _void(builder, "llvm.x86.tileloadd64", [i8, ptr, i64])
+        dot = _void(builder, "llvm.x86.tdpbusd", [i8, i8, i8])
+        wide = lambda a: builder.sext(a, i64) if a.type.width < 64 else a  # noqa: E731
+        s = _data(context, builder, signature.args[0], args[0])
+        w = _data(context, builder, signature.args[3], args[3])
+        builder.call(load, [ir.Constant(i8, _A), builder.gep(s, [wide(args[1])]), wide(args[2])])
+        for p in range(3):
+            at = builder.add(wide(args[4]), ir.Constant(i64, p * TILE_BYTES))
+            builder.call(load, [ir.Constant(i8, _B[p]), builder.gep(w, [at]), ir.Constant(i64, 64)])
+            builder.call(dot, [ir.Constant(i8, _C[p]), ir.Constant(i8, _A), ir.Constant(i8, _B[p])])
+        return context.get_dummy_value()
+
+    return types.none(src, si, pitch, weights, wi), codegen
+
+
+@intrinsic
+def store_sums(typingctx, scratch):
+    """The C tiles to ``scratch`` (int32 [3 * 256]), one after the other."""
+
+    def codegen(context, builder, signature, args):
+        if _has_amx(context):
+            i8, i64 = ir.IntType(8), ir.IntType(64)
+            fn = _void(builder, "llvm.x86.tilestored64", [i8, ir.PointerType(i8), i64])
+            d = _data(context, builder, signature.args[0], args[0])
+            for p in range(3):
+                builder.call(fn, [ir.Constant(i8, _C[p]), builder.gep(d, [ir.Constant(i64, p * TILE_BYTES)]),
+                                  ir.Constant(i64, 64)])
+        return context.get_dummy_value()
+
+    return types.none(scratch), codegen
+
+
+@intrinsic
+def finish(typingctx, scratch, dst, di, pitch, count, half, bits):
+    """For each of the 16 rows r: ``dst[di + r * pitch + j]`` = clip8((S0 + (S1 << 8) +
+    (S2 << 16) + half) >> bits) for j < count (<= 16), S_p being lane j of row r of the
+    p-th sum in ``scratch``. The int32 arithmetic wraps as one int32 sum of the whole
+    weights would. No bounds check."""
+
+    def codegen(context, builder, signature, args):
+        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
+        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
+        wide = lambda a: builder.sext(a, i64) if a.type.width < 64 else a  # noqa: E731
+        narrow = lambda a: builder.trunc(a, i32) if a.type.width > 32 else a  # noqa: E731
+
+        def broadcast(v):
+            return builder.shuffle_vector(builder.insert_element(ir.Constant(w16, None), narrow(v), ir.Constant(i32, 0)),
+                                          ir.Constant(w16, None), ir.Constant(w16, [0] * 16))
+
+        s = builder.bitcast(_data(context, builder, signature.args[0], args[0]), ir.PointerType(w16))
+        d = _data(context, builder, signature.args[1], args[1])
+        mask = builder.icmp_signed("<", ir.Constant(w16, list(range(16))), broadcast(args[4]))
+        half, bits = broadcast(args[5]), broadcast(args[6])
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [b16, ir.PointerType(b16), i32, ir.VectorType(i1, 16)]),
+            "llvm.masked.store.v16i8.p0")
+        for r in range(16):
+            sums = [builder.load(builder.gep(s, [ir.Constant(i64, 16 * p + r)]), align=4) for p in range(3)]
+            v = builder.add(builder.add(sums[0], builder.shl(sums[1], splat(8))), builder.shl(sums[2], splat(16)))
+            v = builder.ashr(builder.add(v, half), bits)
+            v = builder.select(builder.icmp_signed(">", v, splat(255)), splat(255), v)
+            v = builder.select(builder.icmp_signed("<", v, splat(0)), splat(0), v)
+            at = builder.add(wide(args[2]), builder.mul(wide(args[3]), ir.Constant(i64, r)))
+            builder.call(store, [builder.trunc(v, b16), builder.bitcast(builder.gep(d, [at]), ir.PointerType(b16)),
+                                 ir.Constant(i32, 1), mask])
+        return context.get_dummy_value()
+
+    return types.none(scratch, dst, di, pitch, count, half, bits), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def tile_config():
+    """The 64-byte configuration: palette 1, every tile 16 rows of 64 bytes."""
+    cfg = np.zeros(64, np.uint8)
+    cfg[0] = 1
+    for t in range(7):
+        cfg[16 + 2 * t] = 64
+        cfg[48 + t] = 16
+    return cfg
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def split_weight(k):
+    """(b0, b1, b2) signed bytes with k = b0 + (b1 << 8) + (b2 << 16), or ok=False when
+    b2 does not fit a signed byte (|k| >= ~2**23; resampling weights stay below 2**23)."""
+    b0 = ((k + 128) & 255) - 128
+    k1 = (k - b0) >> 8
+    b1 = ((k1 + 128) & 255) - 128
+    b2 = (k1 - b1) >> 8
+    return b0, b1, b2, -128 <= b2 <= 127
