@@ -843,8 +843,8 @@ def _horizontal_blocked_two(sflat, dflat_a, dflat_b, in_w, bounds_a, kk_a, bound
 
 _BAND = 5
 #: 16-row blocks a band is run over in a row, its weight tiles loaded once
-#: The fewest taps an output must have for AMX to be used (see ``_amx_pays``)
-_AMX_TAPS = 8
+#: The fewest taps an output must have for AMX to be used (``_amx_pays``)
+_AMX_TAPS = 5
 
 
 @numba.njit(nogil=True, cache=True)
@@ -927,12 +927,26 @@ def horizontal_amx(sflat, in_row, out_h, dflat, out_w, runs, starts, weights):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _amx_pays(bounds):
-    """AMX wins where outputs have many taps (a shrink by about 2 or more); near 1:1 its
-    mostly empty tiles lose to the int16-pair path."""
+    """AMX wins where outputs have 5 taps or more (any bicubic shrink; measured on whole
+    1080p rows, caches cold as after a decode); on an upscale its mostly empty tiles lose
+    to the int16-pair path, whose cost grows with the taps where AMX's does not."""
     most = 0
     for x in range(bounds.shape[0]):
         most = max(most, bounds[x, 1])
     return most >= _AMX_TAPS
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
+    """``horizontal_amx`` of RGBX rows into RGB ones where it pays and a plan exists (the
+    caller checked ``amx.permitted()`` and ``out_h`` >= 16); whether it ran."""
+    if not _amx_pays(bounds):
+        return False
+    runs, starts, weights = amx_plan(bounds, kk, in_w)
+    if not runs.size:
+        return False
+    horizontal_amx(sflat, in_w * 4, out_h, dflat, bounds.shape[0], runs, starts, weights)
+    return True
 
 
 @numba.njit(nogil=True, cache=True)
@@ -950,11 +964,8 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= 16 and _amx_pays(bounds) and amx.permitted():
-        plan = amx_plan(bounds, kk, in_w)
-        if plan[0].size:
-            horizontal_amx(sflat, in_w * 4, out_h, dflat, out_w, plan[0], plan[1], plan[2])
-            return
+    if nc == 3 and sp == 4 and out_h >= 16 and amx.permitted() and _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
+        return
     if nc == 3 and sp == 4:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
     elif nc == 3:
@@ -981,13 +992,16 @@ def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b)
     fa = dst_a.reshape(dst_a.size)
     fb = dst_b.reshape(dst_b.size)
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= 16 and _amx_pays(bounds_a) and _amx_pays(bounds_b) and amx.permitted():
-        plan_a = amx_plan(bounds_a, kk_a, in_w)
-        plan_b = amx_plan(bounds_b, kk_b, in_w)
-        if plan_a[0].size and plan_b[0].size:
-            # one width after the other: both sets of weight tiles would not stay in L2 together
-            horizontal_amx(sflat, in_w * 4, out_h, fa, out_wa, plan_a[0], plan_a[1], plan_a[2])
-            horizontal_amx(sflat, in_w * 4, out_h, fb, dst_b.shape[1], plan_b[0], plan_b[1], plan_b[2])
+    if nc == 3 and sp == 4 and out_h >= 16 and amx.permitted():
+        # one width after the other (both sets of weight tiles would not stay in L2
+        # together); a width AMX does not pay for goes the int16-pair way alone
+        on_a = _on_amx(sflat, in_w, out_h, fa, bounds_a, kk_a)
+        on_b = _on_amx(sflat, in_w, out_h, fb, bounds_b, kk_b)
+        if on_a and not on_b:
+            _horizontal_blocked(sflat, fb, in_w, bounds_b, kk_b, 3, 4, 4, 16)
+        elif on_b and not on_a:
+            _horizontal_blocked(sflat, fa, in_w, bounds_a, kk_a, 3, 4, 4, 16)
+        if on_a or on_b:
             return
     if nc == 3 and sp == 4:
         _horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 4, 4, 16)
