@@ -17,6 +17,7 @@ CPU the intrinsics compile to nothing and ``permitted`` is always false.
 from __future__ import annotations
 
 import ctypes
+import platform
 import sys
 
 import numba
@@ -25,6 +26,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .pixels import host_features
 
 _SYS_ARCH_PRCTL = 158  # x86-64
 _ARCH_GET_XCOMP_PERM = 0x1022
@@ -36,21 +39,18 @@ _C, _A, _B = (0, 1, 2), 3, (4, 5, 6)
 TILE_BYTES = 1024  # 16 rows of 64 bytes
 
 
-def _features(context) -> frozenset:
-    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
-
-
 def _has_amx(context) -> bool:
-    return {"amx-tile", "amx-int8"} <= _features(context)
+    return {"amx-tile", "amx-int8"} <= host_features(context)
 
 
 def request() -> bool:
     """Ask Linux for AMX tile data for this whole process; whether the kernels may use it."""
-    if sys.platform != "linux" or not hasattr(ctypes, "CDLL"):
+    if sys.platform != "linux" or platform.machine() != "x86_64":  # the syscall number is x86-64's
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)
+        libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
+                     ctypes.c_long(_XFEATURE_XTILEDATA))
     except (OSError, AttributeError):
         return False
     return bool(_permitted())

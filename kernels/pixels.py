@@ -27,6 +27,12 @@ def wide_vectors(typingctx):
     return types.void(), codegen
 
 
+def host_features(context) -> frozenset:
+    """The CPU features the kernels are compiled for (numba's target machine), for
+    intrinsics that emit an instruction only where the CPU has it."""
+    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
+
+
 @numba.njit(nogil=True, cache=True)
 def pack_into(src, dst):
     """Four pixels (four little-endian uint32 words RGBX) -> three packed words, so the

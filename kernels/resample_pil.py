@@ -29,7 +29,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx
-from .pixels import pack_into, packed, rgb_or_rgbx, wide_vectors
+from .pixels import host_features, pack_into, packed, rgb_or_rgbx, wide_vectors
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
@@ -355,11 +355,6 @@ _PAIR_BITS = 11
 _PAIR_TAPS_MAX = 2048
 
 
-def _host_features(context) -> frozenset:
-    """The CPU features the kernels are compiled for (numba's target machine)."""
-    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
-
-
 def _pair_madd(builder, v, k32, features):
     """<16 x i32>: per lane v[2i] * k.lo16 + v[2i+1] * k.hi16 (``v`` <32 x i16>, ``k32``
     the two int16 coefficients packed in an i32): ``pmaddwd`` where the CPU has it, else
@@ -468,7 +463,7 @@ def _pairs_dot(single: bool):
         sig = types.none(pairs, base, count, khi, klo, kbase, out, oi)
 
         def codegen(context, builder, signature, args):
-            features = _host_features(context)
+            features = host_features(context)
             pa = context.make_array(signature.args[0])(context, builder, args[0])
             kh = context.make_array(signature.args[3])(context, builder, args[3])
             kl = None if single else context.make_array(signature.args[4])(context, builder, args[4])
@@ -515,7 +510,7 @@ def _rows_dot(single: bool):
         sig = types.none(src, first, pitch, count, last, khi, klo, kbase, out, oi)
 
         def codegen(context, builder, signature, args):
-            features = _host_features(context)
+            features = host_features(context)
             sa = context.make_array(signature.args[0])(context, builder, args[0])
             kh = context.make_array(signature.args[5])(context, builder, args[5])
             kl = None if single else context.make_array(signature.args[6])(context, builder, args[6])
