@@ -837,9 +837,12 @@ def _horizontal_blocked_two(sflat, dflat_a, dflat_b, in_w, bounds_a, kk_a, bound
 # gets 0).
 
 _BAND = 5
-#: 16-row blocks a band is run over in a row, its weight tiles loaded once
 #: The fewest taps an output must have for AMX to be used (``_amx_pays``)
 _AMX_TAPS = 5
+#: The fewest rows a call must have for AMX to be used: its plan (``amx_plan``) costs
+#: about as much as 3-5 blocks of 16 rows, so the passes over a few rows at a time of the
+#: fused resize-and-patchify writers keep to int16 pairs
+_AMX_ROWS = 128
 
 
 @numba.njit(nogil=True, cache=True)
@@ -934,7 +937,7 @@ def _amx_pays(bounds):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
     """``horizontal_amx`` of RGBX rows into RGB ones where it pays and a plan exists (the
-    caller checked ``amx.permitted()`` and ``out_h`` >= 16); whether it ran."""
+    caller checked ``amx.permitted()`` and ``out_h`` >= ``_AMX_ROWS``); whether it ran."""
     if not _amx_pays(bounds):
         return False
     runs, starts, weights = amx_plan(bounds, kk, in_w)
@@ -959,7 +962,7 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= 16 and amx.permitted() and _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
+    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS and amx.permitted() and _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
         return
     if nc == 3 and sp == 4:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
@@ -987,7 +990,7 @@ def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b)
     fa = dst_a.reshape(dst_a.size)
     fb = dst_b.reshape(dst_b.size)
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= 16 and amx.permitted():
+    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS and amx.permitted():
         # one width after the other (both sets of weight tiles would not stay in L2
         # together); a width AMX does not pay for goes the int16-pair way alone
         on_a = _on_amx(sflat, in_w, out_h, fa, bounds_a, kk_a)

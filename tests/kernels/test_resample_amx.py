@@ -40,11 +40,11 @@ for w, h, ow, oh, filt, kind in cases:
     ref = np.asarray(pil.resize((ow, oh), filt))
     got = rp.resize_rgb(rgbx, oh, ow, filt)
     bh, kh = rp.coeffs(w, ow, filt)
-    on_amx = bool(granted and oh >= 16 and rp._amx_pays(bh) and rp.amx_plan(bh, kh, w)[0].size)
+    on_amx = bool(granted and oh >= rp._AMX_ROWS and rp._amx_pays(bh) and rp.amx_plan(bh, kh, w)[0].size)
     results.append({"case": [w, h, ow, oh, filt, kind], "equal": bool(np.array_equal(ref, got)), "amx": on_amx})
 # two widths from the same rows (LLaVA-NeXT's base image and its grid), as the family calls it
 two = []
-for w, h, a, b in ((1920, 1080, (378, 672), (336, 336)), (1366, 768, (336, 598), (336, 336)), (333, 97, (40, 60), (30, 35)),
+for w, h, a, b in ((1920, 1080, (378, 672), (336, 336)), (1366, 768, (336, 598), (336, 336)), (333, 297, (140, 60), (130, 35)),
                    (640, 480, (504, 672), (336, 336)), (640, 480, (336, 336), (504, 672))):
     img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
     pil = Image.fromarray(img)
@@ -60,14 +60,17 @@ CASES = [
     (1920, 1080, 672, 378, BICUBIC, "noise"), (1920, 1080, 336, 336, BICUBIC, "noise"),
     (4032, 3024, 672, 504, BICUBIC, "noise"), (1024, 768, 336, 336, BICUBIC, "blocks"),
     # every convolution filter, with and without negative lobes
-    (900, 40, 300, 40, LANCZOS, "blocks"), (900, 40, 301, 33, LANCZOS, "noise"),
-    (900, 40, 299, 17, BILINEAR, "noise"), (900, 40, 200, 20, HAMMING, "noise"), (900, 40, 90, 20, BOX, "blocks"),
+    (900, 200, 300, 200, LANCZOS, "blocks"), (900, 200, 301, 133, LANCZOS, "noise"),
+    (900, 200, 299, 130, BILINEAR, "noise"), (900, 200, 200, 140, HAMMING, "noise"),
+    (900, 200, 90, 128, BOX, "blocks"),
     # row counts around the 16-row blocks (the last block overlaps), widths around the
     # five-output bands and the 16-pixel runs, the last run clamped to the row's end
-    (100, 16, 33, 16, BICUBIC, "noise"), (100, 17, 33, 17, BICUBIC, "noise"), (100, 31, 34, 31, BICUBIC, "noise"),
-    (100, 47, 35, 47, BICUBIC, "blocks"), (16, 20, 5, 16, BICUBIC, "noise"), (17, 20, 6, 16, LANCZOS, "noise"),
-    (37, 18, 7, 18, BICUBIC, "noise"), (3000, 17, 11, 17, BICUBIC, "noise"), (4000, 16, 1, 16, LANCZOS, "noise"),
+    (100, 128, 33, 128, BICUBIC, "noise"), (100, 129, 33, 129, BICUBIC, "noise"), (100, 143, 34, 143, BICUBIC, "noise"),
+    (100, 159, 35, 159, BICUBIC, "blocks"), (16, 140, 5, 130, BICUBIC, "noise"), (17, 140, 6, 128, LANCZOS, "noise"),
+    (37, 130, 7, 130, BICUBIC, "noise"), (3000, 130, 11, 129, BICUBIC, "noise"), (4000, 128, 1, 128, LANCZOS, "noise"),
     (640, 480, 213, 160, BICUBIC, "noise"), (641, 479, 214, 161, LANCZOS, "blocks"),
+    # fewer rows than pay for a plan: int16 pairs
+    (100, 40, 33, 40, BICUBIC, "noise"), (1920, 127, 672, 127, BICUBIC, "noise"),
 ]
 
 
@@ -89,8 +92,9 @@ def test_amx_resizes_equal_pillow(child):
 
 def test_the_cases_ran_on_amx_where_they_shrink(child):
     """Every case here shrinks its rows with 5 taps or more, so all ran on tiles (else this
-    file would check the AVX-512 path twice)."""
-    assert [r["case"] for r in child["results"] if not r["amx"]] == []
+    file would check the AVX-512 path twice), but the two with fewer rows than
+    ``_AMX_ROWS``."""
+    assert [r["case"][:4] for r in child["results"] if not r["amx"]] == [[100, 40, 33, 40], [1920, 127, 672, 127]]
 
 
 def test_two_widths_at_once_equal_pillow(child):
