@@ -186,6 +186,8 @@ def finish(typingctx, scratch, dst, di, pitch, count, half, bits):
     weights would. No bounds check."""
 
     def codegen(context, builder, signature, args):
+        if not _has_amx(context):
+            return context.get_dummy_value()
         i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
         splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
@@ -200,9 +202,10 @@ def finish(typingctx, scratch, dst, di, pitch, count, half, bits):
         d = _data(context, builder, signature.args[1], args[1])
         mask = builder.icmp_signed("<", ir.Constant(w16, list(range(16))), broadcast(args[4]))
         half, bits = broadcast(args[5]), broadcast(args[6])
+        # the typed-pointer name, which LLVMs with opaque pointers remangle as they read it
         store = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [b16, ir.PointerType(b16), i32, ir.VectorType(i1, 16)]),
-            "llvm.masked.store.v16i8.p0")
+            "llvm.masked.store.v16i8.p0v16i8")
         for r in range(16):
             sums = [builder.load(builder.gep(s, [ir.Constant(i64, 16 * p + r)]), align=4) for p in range(3)]
             v = builder.add(builder.add(sums[0], builder.shl(sums[1], splat(8))), builder.shl(sums[2], splat(16)))
