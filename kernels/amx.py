@@ -48,17 +48,30 @@ def request() -> bool:
     if sys.platform != "linux" or platform.machine() != "x86_64":  # the syscall number is x86-64's
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
-                     ctypes.c_long(_XFEATURE_XTILEDATA))
+        ctypes.CDLL(None).syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
+                                  ctypes.c_long(_XFEATURE_XTILEDATA))
     except (OSError, AttributeError):
         return False
-    return bool(_permitted())
+    return granted()
 
 
 def granted() -> bool:
-    """Whether this process may use AMX tiles now (and the kernels were compiled with them)."""
-    return bool(_permitted())
+    """Whether the kernels may use AMX tiles in this process: compiled for a CPU with them
+    and the tile data granted. Asked here without compiling anything (a compiled kernel
+    would fill the kernel cache, which tells the server whether this is a first start)."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    from numba.core.registry import cpu_target
+
+    if not _has_amx(cpu_target.target_context):
+        return False
+    mask = ctypes.c_uint64(0)
+    try:
+        failed = ctypes.CDLL(None).syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_GET_XCOMP_PERM),
+                                           ctypes.byref(mask))
+    except (OSError, AttributeError):
+        return False
+    return failed == 0 and bool(mask.value & (1 << _XFEATURE_XTILEDATA))
 
 
 @intrinsic
@@ -81,11 +94,6 @@ def permitted(typingctx):
                             builder.icmp_unsigned("!=", bit, ir.Constant(i64, 0)))
 
     return types.boolean(), codegen
-
-
-@numba.njit(nogil=True, cache=True)
-def _permitted():
-    return permitted()
 
 
 def _void(builder, name, argtypes):
