@@ -8,7 +8,8 @@ One server interceptor (``Gate``):
   needs no token, so probes and load balancers can always ask.
 * **closing**: once the drain delay is over (``Server.stop``), every new call except
   health gets UNAVAILABLE ("shutting down; send it to another replica"), answered by the
-  server itself rather than by a closed port or a cancelled stream.
+  server itself rather than by a closed port or a cancelled stream (only a call that
+  arrives in the instant the port closes is cancelled, by gRPC core: grpc/grpc#41785).
 * **owner**: every unary response carries trailing metadata ``sglang-mm-owner`` with the
   answering process's owner id (``owners.py``); the multi-target client learns from it
   which target owns which handles.
