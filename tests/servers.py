@@ -109,7 +109,8 @@ class Proc:
 
 
 def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
-    """Seconds until health says SERVING; RuntimeError (with the log's tail) otherwise."""
+    """Seconds until health says SERVING; otherwise the process is killed and RuntimeError
+    (with the log's tail) raised."""
     t0 = time.monotonic()
     with grpc.insecure_channel(target, LOOPBACK) as ch:
         while time.monotonic() - t0 < timeout:
@@ -121,6 +122,7 @@ def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
             except grpc.RpcError:
                 pass
             time.sleep(0.02)
+    proc.kill()  # not left running behind the failed test
     raise RuntimeError(f"{target} not SERVING after {timeout}s:\n{proc.log_text()[-4000:]}")
 
 
