@@ -20,7 +20,7 @@ from PIL import Image, ImageOps
 
 from ..carriers import DecodedImage
 from ..errors import Code, PreprocessError, invalid
-from .pillow_buffer import rgba_view, rgbx_view
+from .pillow_buffer import lend_rgbx, rgba_view, rgbx_view
 
 #: Formats decoded by default. MPO is what many phone cameras write (JPEG + previews).
 DEFAULT_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "GIF", "BMP"})
@@ -148,12 +148,13 @@ def decode_pixels(header: ImageHeader, *, transparency: str = "white") -> Decode
         raise ValueError(f"transparency must be one of {TRANSPARENCY}, got {transparency!r}")
     im = header.image
     try:
+        lent = lend_rgbx(im)  # an RGB JPEG: decoded into an array of our own
         im.load()
         if im.getexif().get(_ORIENTATION, 1) in range(2, 9):
-            im = ImageOps.exif_transpose(im)
+            im, lent = ImageOps.exif_transpose(im), None
         if transparency == "keep" and im.has_transparency_data:
             return DecodedImage(_rgba_pixels(im), alpha=True)
-        pixels = _rgb_pixels(im)
+        pixels = lent if lent is not None else _rgb_pixels(im)
     except PreprocessError:
         raise
     except Exception as e:
