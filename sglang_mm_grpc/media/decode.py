@@ -114,6 +114,9 @@ def open_image(
         ) from None
     except Exception as e:  # Pillow raises many types for garbage input
         raise invalid(f"not a decodable image ({len(data)} bytes): {_reason(e)}", item=item) from None
+    # The bytes are all here: one decoder call takes them at once, where Pillow's 64 KiB
+    # pieces make libjpeg suspend and resume at each (1-5% of a JPEG's decode).
+    im.decodermaxblock = max(im.decodermaxblock, len(data))
     fmt = im.format or ""
     if fmt not in formats:
         raise invalid(f"image format {fmt or 'unknown'} is not accepted (accepted: {', '.join(sorted(formats))})", item=item)
