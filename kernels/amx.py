@@ -27,7 +27,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .pixels import host_features, round_clip8
+from .pixels import host_features
 
 _SYS_ARCH_PRCTL = 158  # x86-64
 _ARCH_GET_XCOMP_PERM = 0x1022
@@ -217,7 +217,9 @@ def finish(typingctx, scratch, dst, di, pitch, count, half, bits):
         for r in range(16):
             sums = [builder.load(builder.gep(s, [ir.Constant(i64, 16 * p + r)]), align=4) for p in range(3)]
             v = builder.add(builder.add(sums[0], builder.shl(sums[1], splat(8))), builder.shl(sums[2], splat(16)))
-            v = round_clip8(builder, v, half, bits)
+            v = builder.ashr(builder.add(v, half), bits)
+            v = builder.select(builder.icmp_signed(">", v, splat(255)), splat(255), v)
+            v = builder.select(builder.icmp_signed("<", v, splat(0)), splat(0), v)
             at = builder.add(wide(args[2]), builder.mul(wide(args[3]), ir.Constant(i64, r)))
             builder.call(store, [builder.trunc(v, b16), builder.bitcast(builder.gep(d, [at]), ir.PointerType(b16)),
                                  ir.Constant(i32, 1), mask])

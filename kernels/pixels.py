@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
@@ -26,15 +25,6 @@ def wide_vectors(typingctx):
         return context.get_dummy_value()
 
     return types.void(), codegen
-
-
-def round_clip8(builder, v, half, bits):
-    """IR for Pillow's finish of a fixed-point sum, on an i32 vector: clip8((v + half) >>
-    bits), ``half`` and ``bits`` vectors of v's type."""
-    lo, hi = (ir.Constant(v.type, [c] * v.type.count) for c in (0, 255))
-    v = builder.ashr(builder.add(v, half), bits)
-    v = builder.select(builder.icmp_signed(">", v, hi), hi, v)
-    return builder.select(builder.icmp_signed("<", v, lo), lo, v)
 
 
 def host_features(context) -> frozenset:

@@ -29,7 +29,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import amx
-from .pixels import host_features, pack_into, packed, rgb_or_rgbx, round_clip8, wide_vectors
+from .pixels import host_features, pack_into, packed, rgb_or_rgbx, wide_vectors
 
 NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING = 0, 1, 2, 3, 4, 5
 
@@ -448,7 +448,9 @@ def _finish_pairs(builder, sums, single, shift, out_ptr):
             ss = builder.shl(builder.load(sums[g]), sh)
         else:
             ss = builder.add(builder.shl(builder.load(sums[g]), splat(_PAIR_BITS)), builder.load(sums[4 + g]))
-        ss = round_clip8(builder, ss, splat(_HALF), splat(PRECISION_BITS))
+        ss = builder.ashr(builder.add(ss, splat(_HALF)), splat(PRECISION_BITS))
+        ss = builder.select(builder.icmp_signed(">", ss, splat(255)), splat(255), ss)
+        ss = builder.select(builder.icmp_signed("<", ss, splat(0)), splat(0), ss)
         ptr = builder.gep(out_ptr, [ir.Constant(i64, 16 * g)])
         builder.store(builder.trunc(ss, b16), builder.bitcast(ptr, ir.PointerType(b16)), align=1)
 
@@ -861,21 +863,22 @@ def amx_plan(bounds, kk, in_w):
     when a weight does not split into three bytes or rows are under 16 pixels."""
     out_w = bounds.shape[0]
     nb = (out_w + _BAND - 1) // _BAND
+    most = 1
+    for b in range(nb):
+        lo, hi = _band_span(bounds, b * _BAND, min(b * _BAND + _BAND, out_w))
+        most = max(most, (hi - lo + 15) // 16)
     none = (np.zeros(0, np.int64), np.zeros((0, 1), np.int64), np.zeros((0, 1, 3, amx.TILE_BYTES), np.int8))
     if in_w < 16:
         return none
     runs = np.zeros(nb, np.int64)
-    first = np.zeros(nb, np.int64)
-    for b in range(nb):
-        lo, hi = _band_span(bounds, b * _BAND, min(b * _BAND + _BAND, out_w))
-        runs[b] = (hi - lo + 15) // 16
-        first[b] = lo
-    starts = np.zeros((nb, max(1, runs.max())), np.int64)
-    weights = np.zeros((nb, starts.shape[1], 3, amx.TILE_BYTES), np.int8)
+    starts = np.zeros((nb, most), np.int64)
+    weights = np.zeros((nb, most, 3, amx.TILE_BYTES), np.int8)
     for b in range(nb):
         o0, o1 = b * _BAND, min(b * _BAND + _BAND, out_w)
+        lo, hi = _band_span(bounds, o0, o1)
+        runs[b] = (hi - lo + 15) // 16
         for k in range(runs[b]):
-            starts[b, k] = min(first[b] + 16 * k, in_w - 16)
+            starts[b, k] = min(lo + 16 * k, in_w - 16)
         for o in range(o0, o1):
             for i in range(bounds[o, 1]):
                 px = bounds[o, 0] + i
@@ -933,10 +936,9 @@ def _amx_pays(bounds):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
-    """``horizontal_amx`` of RGBX rows into RGB ones where it pays, the process may use
-    AMX and a plan exists (the caller checked ``out_h`` >= ``_AMX_ROWS``); whether it ran.
-    The cheap check first: an upscale never asks Linux for the permission."""
-    if not _amx_pays(bounds) or not amx.permitted():
+    """``horizontal_amx`` of RGBX rows into RGB ones where it pays and a plan exists (the
+    caller checked ``amx.permitted()`` and ``out_h`` >= ``_AMX_ROWS``); whether it ran."""
+    if not _amx_pays(bounds):
         return False
     runs, starts, weights = amx_plan(bounds, kk, in_w)
     if not runs.size:
@@ -960,7 +962,7 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS and _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
+    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS and amx.permitted() and _on_amx(sflat, in_w, out_h, dflat, bounds, kk):
         return
     if nc == 3 and sp == 4:
         _horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
@@ -988,7 +990,7 @@ def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b)
     fa = dst_a.reshape(dst_a.size)
     fb = dst_b.reshape(dst_b.size)
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS:
+    if nc == 3 and sp == 4 and out_h >= _AMX_ROWS and amx.permitted():
         # one width after the other (both sets of weight tiles would not stay in L2
         # together); a width AMX does not pay for goes the int16-pair way alone
         on_a = _on_amx(sflat, in_w, out_h, fa, bounds_a, kk_a)
