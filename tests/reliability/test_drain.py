@@ -4,7 +4,8 @@ and new connections; then new calls get UNAVAILABLE from a port that still answe
 a call in flight across the whole delay finishes; nothing is CANCELLED but a call that
 reaches the port in the instant it closes (gRPC core cancels a call it has received but
 not yet handed to the server, grpc/grpc#41785: at most one per client, all sent after the
-delay, none processed); the process exits 0. Times are taken around the events, with margins for a loaded machine."""
+delay, none processed); the process exits 0. Times are taken around the events, with
+margins for a loaded machine."""
 
 from __future__ import annotations
 
