@@ -15,7 +15,9 @@ evidence for every rule below):
   (every sizes tensor sent), ``keep_on_cpu_keys`` as vLLM declares them for the model,
   ``modality=IMAGE``, ``encoder_input_key`` where the model's kwarg for the pixel tensor
   is not ``pixel_values`` (and that name in the layout keys), ``im_token_id``, expanded
-  ids. Pixel tensors as float32 (default), bfloat16 or float16.
+  ids. Pixel tensors as float32 (default), bfloat16 or float16, or raw uint8 for an
+  engine that normalizes on the device (an output preprocessed raw: its pixels are
+  uint8, and they go on the wire as uint8 only).
 * TensorRT-LLM (``trtllm``): the encoded images and the unexpanded ids; it decodes the
   ids back to text and runs its own processor, which expands the placeholders.
 * TokenSpeed (``tokenspeed.grpc.scheduler``): one item per image, each with its own
@@ -80,7 +82,10 @@ WIRE_DTYPES = {
     pb.WIRE_DTYPE_FLOAT32: "float32",
     pb.WIRE_DTYPE_BFLOAT16: "bfloat16",
     pb.WIRE_DTYPE_FLOAT16: "float16",
+    pb.WIRE_DTYPE_UINT8: "uint8",
 }
+#: Wire dtypes the kernels write themselves (a staged segment in one of them is handed out as is).
+KERNEL_DTYPES = ("float32", "uint8")
 #: The pixel dtype each backend gets when the request names none (the gateway's own).
 DEFAULT_PIXEL_DTYPE = {"sglang": "float32", "vllm": "float32", "trtllm": "", "tokenspeed": "bfloat16"}
 #: Backends whose TensorData can carry a shared-memory handle.
@@ -94,10 +99,11 @@ class WireOptions:
     """How one payload's tensors travel, resolved by the caller (the servicer applies its
     defaults and the shm namespace check)."""
 
-    pixel_dtype: str = ""  # "" = the backend's default; else float32 | bfloat16 | float16
+    pixel_dtype: str = ""  # "" = the backend's default; else float32 | bfloat16 | float16 | uint8
     shm: bool = False  # tensors of shm_min_bytes or more go to /dev/shm (vLLM, TokenSpeed)
     shm_min_bytes: int = DEFAULT_MIN_BYTES
     shm_required: bool = False  # the caller asked for SHM by name: refuse backends without it
+    pixel_dtype_source: str = "payload_options.pixel_dtype"  # who asked for pixel_dtype (messages)
 
     @property
     def dtype_named(self) -> bool:
@@ -146,7 +152,8 @@ def parse_pixel_dtype(value) -> str:
         return ""
     if isinstance(value, str):
         key = value.lower().removeprefix("wire_dtype_")
-        key = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "f32": "float32"}.get(key, key)
+        key = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "f32": "float32",
+               "raw": "uint8"}.get(key, key)
         if key in WIRE_DTYPES.values():
             return key
         raise PreprocessError(Code.INVALID_ARGUMENT,
@@ -173,9 +180,9 @@ def assemble(
     ``into``: fill this (empty) message instead of a new one (a response's ``payload``).
     ``field_layout``: the model's vLLM layout (``families.FieldLayout`` values).
     ``arena``: where SHM segments come from (``options.shm``); ``staged``: segments that
-    already hold pixel tensors of ``out`` as float32 (written there by Preprocess; by
-    tensor name), each handed out instead of a copy when a float32 SHM tensor of the
-    payload is exactly its memory (vLLM's batch, TokenSpeed's lone item of a modality).
+    already hold pixel tensors of ``out`` (written there by Preprocess, float32 or raw
+    uint8; by tensor name), each handed out instead of a copy when an SHM tensor of the
+    payload in that dtype is exactly its memory (vLLM's batch, TokenSpeed's lone item of a modality).
     ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
     ``image_defaults``: the effective options of an image preprocessed with none (the
     model's ``family.effective_options(None)``): an image whose options differ gets an
@@ -185,7 +192,7 @@ def assemble(
     b = parse_backend(backend)
     name = BACKEND_NAMES[b]
     options = options or WireOptions()
-    dtype = check_options(b, options)
+    dtype = check_options(b, options, raw=is_raw(out))
     check_videos(b, len(videos_of(out)))
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b
@@ -220,11 +227,13 @@ _NO_SHM = {
 }
 
 
-def check_options(backend, options: WireOptions) -> str:
-    """The pixel wire dtype ``backend`` gets under ``options``, or FAILED_PRECONDITION for an
-    option its consumer cannot take (checked before any work by the servicer)."""
+def check_options(backend, options: WireOptions, raw: bool | None = None) -> str:
+    """The pixel wire dtype ``backend`` gets under ``options`` for an output whose pixels
+    are ``raw`` uint8 or not (None: not made yet, they will be raw when uint8 is asked),
+    or FAILED_PRECONDITION for an option its consumer cannot take (checked before any
+    work by the servicer, and again when assembling)."""
     name = BACKEND_NAMES[parse_backend(backend)]
-    dtype = _pixel_dtype(name, options)
+    dtype = _pixel_dtype(name, options, raw)
     if options.shm_required and name not in SHM_BACKENDS:
         raise PreprocessError(
             Code.FAILED_PRECONDITION,
@@ -233,6 +242,15 @@ def check_options(backend, options: WireOptions) -> str:
         )
     return dtype
 
+
+#: Why a backend cannot take raw uint8 pixels: its engine normalizes on the host.
+_NO_RAW = {
+    "sglang": "its servicer hands pixel_values to the model as the normalized tensor its own processor "
+              "would make, and SGLang normalizes no pixels on the device",
+    "tokenspeed": "its servicer casts the encoder input to the model dtype and TokenSpeed normalizes no pixels "
+                  "on the device",
+    "trtllm": "it receives the encoded images, not tensors",
+}
 
 #: Why a backend cannot take videos: what its servicer reads.
 _NO_VIDEO = {
@@ -286,9 +304,37 @@ def image_item_hash(image: ImageResult, defaults: ImageOptions | None) -> str:
     return keyed_hash(f"image:{image.hash}:{fields}")
 
 
-def _pixel_dtype(backend: str, options: WireOptions) -> str:
+def is_raw(out) -> bool:
+    """Whether ``out``'s pixel tensors are raw uint8 (preprocessed for an engine that
+    normalizes on the device) rather than normalized floats."""
+    return out.pixel_values.dtype == np.uint8 or (bool(videos_of(out)) and out.pixel_values_videos.dtype == np.uint8)
+
+
+def _pixel_dtype(backend: str, options: WireOptions, raw: bool | None = None) -> str:
     """The pixel tensor's wire dtype for this backend, or FAILED_PRECONDITION."""
-    dtype = options.pixel_dtype or DEFAULT_PIXEL_DTYPE[backend]
+    if raw is None:
+        raw = options.pixel_dtype == "uint8"
+    dtype = options.pixel_dtype or ("uint8" if raw and backend != "trtllm" else DEFAULT_PIXEL_DTYPE[backend])
+    if dtype == "uint8" and backend in _NO_RAW:
+        who = f"{options.pixel_dtype_source} asks for them" if options.pixel_dtype else "this result was preprocessed raw"
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{_LABEL[backend]} cannot take raw uint8 pixels ({who}): "
+            f"{_NO_RAW[backend]}; use vLLM for raw pixels, or ask for float pixels")
+    if backend != "trtllm" and raw and dtype != "uint8":
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"this result's pixels were kept raw (uint8, neither rescaled nor normalized: its Preprocess asked for "
+            f"WIRE_DTYPE_UINT8 or named a worker that normalizes on the device), and {options.pixel_dtype_source} "
+            f"asks for {dtype}, which {_LABEL[backend]} would read as normalized values; assemble it for a worker "
+            "that normalizes on the device (uint8), or Preprocess again without asking for raw pixels")
+    if backend != "trtllm" and not raw and dtype == "uint8":
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{options.pixel_dtype_source} asks for raw uint8 pixels, but this result's pixels were rescaled and "
+            "normalized at Preprocess, and an engine that normalizes on the device would normalize them twice; "
+            "Preprocess with payload_options.pixel_dtype WIRE_DTYPE_UINT8 (or the worker's server info) to keep "
+            "raw pixels")
     if backend == "trtllm" and dtype not in ("", "float32"):
         raise PreprocessError(
             Code.FAILED_PRECONDITION,
@@ -349,8 +395,10 @@ class _Placer:
 
     def _staged(self, arr: np.ndarray, dtype: str) -> Segment | None:
         """The staged segment whose memory ``arr`` is, all of it, when the payload can hand
-        it out as is (float32, shared memory, not handed out yet, not under the minimum)."""
-        if self.arena is None or dtype != "float32" or arr.dtype != np.float32 or not arr.flags.c_contiguous:
+        it out as is (in the dtype the kernels wrote, shared memory, not handed out yet,
+        not under the minimum)."""
+        if self.arena is None or dtype not in KERNEL_DTYPES or arr.dtype != np.dtype(dtype) \
+                or not arr.flags.c_contiguous:
             return None
         if arr.nbytes == 0 or arr.nbytes < self.options.shm_min_bytes:
             return None

@@ -44,7 +44,7 @@ def _preprocess_local(args) -> int:
     t0 = time.perf_counter()
     try:
         out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
-                            **_video_arguments(videos, args))
+                            raw=args.pixel_dtype == "uint8", **_video_arguments(videos, args))
     except PreprocessError as e:
         print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
         return 1
@@ -131,8 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"),
                    help="with --target: assemble this backend's payload")
-    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16"),
-                   help="with --backend: the pixel tensor's wire dtype (default: the backend's)")
+    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16", "uint8"),
+                   help="with --backend: the pixel tensor's wire dtype (default: the backend's); uint8: raw pixels "
+                   "for an engine that normalizes on the device (also locally)")
     add_processor_argument(p, "locally: ")
     add_budget_argument(p)
     add_image_options_arguments(p)
@@ -176,6 +177,9 @@ def _preprocess(args) -> int:
         return run_remote_preprocess(args)
     if args.backend:
         raise SystemExit("--backend needs --target (a running server assembles backend payloads)")
+    if args.pixel_dtype not in (None, "uint8"):
+        raise SystemExit("--pixel-dtype float32/bfloat16/float16 needs --target and --backend (a payload's wire dtype); "
+                         "locally only uint8 (raw pixels) changes the output")
     if args.media_ids:
         raise SystemExit("--media-ids needs --target (a server keeps the bytes the ids name)")
     return _preprocess_local(args)

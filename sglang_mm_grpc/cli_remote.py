@@ -513,8 +513,9 @@ def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="HOST:PORT of the server")
     p.add_argument("--model", required=True, help="a served model name (see ListModels)")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"), help="assemble this backend's payload")
-    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16"),
-                   help="the pixel tensor's wire dtype (default: the backend's)")
+    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16", "uint8"),
+                   help="the pixel tensor's wire dtype (default: the backend's; uint8: raw pixels for an engine that "
+                   "normalizes on the device)")
     p.add_argument("--input-ids", help="comma-separated token ids, one placeholder per image")
     p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")

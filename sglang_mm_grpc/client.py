@@ -51,7 +51,8 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _BACKENDS = {"sglang": pb.BACKEND_SGLANG, "vllm": pb.BACKEND_VLLM, "trtllm": pb.BACKEND_TRTLLM,
              "tokenspeed": pb.BACKEND_TOKENSPEED}
 _DTYPES = {"float32": pb.WIRE_DTYPE_FLOAT32, "bfloat16": pb.WIRE_DTYPE_BFLOAT16, "float16": pb.WIRE_DTYPE_FLOAT16,
-           "bf16": pb.WIRE_DTYPE_BFLOAT16, "fp16": pb.WIRE_DTYPE_FLOAT16}
+           "bf16": pb.WIRE_DTYPE_BFLOAT16, "fp16": pb.WIRE_DTYPE_FLOAT16, "uint8": pb.WIRE_DTYPE_UINT8,
+           "raw": pb.WIRE_DTYPE_UINT8}
 _TRANSPORTS = {"inline": pb.TENSOR_TRANSPORT_INLINE, "shm": pb.TENSOR_TRANSPORT_SHM, "auto": pb.TENSOR_TRANSPORT_AUTO}
 _DETAILS = {"auto": pb.DETAIL_AUTO, "low": pb.DETAIL_LOW, "high": pb.DETAIL_HIGH}
 #: The trailing metadata a NOT_FOUND for media ids lists the missing images in ("0,2").
@@ -73,10 +74,20 @@ def backend_value(backend) -> int:
 
 
 def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None = None,
-                    shm_namespace_id: str = "") -> pb.PayloadOptions:
-    """PayloadOptions from names (``"bfloat16"``, ``"shm"``) or enum values; None: unspecified
-    (the backend's dtype, the server's transport and minimum size)."""
+                    shm_namespace_id: str = "", worker_info=None) -> pb.PayloadOptions:
+    """PayloadOptions from names (``"bfloat16"``, ``"uint8"``, ``"shm"``) or enum values; None:
+    unspecified (the worker's or the backend's dtype, the server's transport and minimum
+    size). ``worker_info``: the chosen worker's own GetServerInfo answer (a
+    ``vllm.grpc.engine`` or ``tokenspeed.grpc.scheduler`` GetServerInfoResponse), which
+    decides what those leave open (docs/WIRE_CURRENT.md)."""
     opts = pb.PayloadOptions(shm_namespace_id=shm_namespace_id or "")
+    if worker_info is not None:
+        name = worker_info.DESCRIPTOR.full_name
+        field = {"vllm.grpc.engine.GetServerInfoResponse": "vllm_server_info",
+                 "tokenspeed.grpc.scheduler.GetServerInfoResponse": "tokenspeed_server_info"}.get(name)
+        if field is None:
+            raise ValueError(f"worker_info must be a vLLM or TokenSpeed GetServerInfoResponse, not {name}")
+        getattr(opts, field).CopyFrom(worker_info)
     if pixel_dtype is not None:
         opts.pixel_dtype = _DTYPES[pixel_dtype.lower()] if isinstance(pixel_dtype, str) else int(pixel_dtype)
     if transport is not None:

@@ -65,6 +65,7 @@ class Target:
     spec_key: str
     options: ImageOptions | None
     budget: tuple[int, str]  # (tokens, what set it)
+    encoder_budget: int = 0  # the most feature tokens (the worker's mm_encoder_budget); 0: none
 
 
 @dataclass
@@ -169,19 +170,23 @@ class Preprocessor:
     def warmup(self) -> None:
         """Compile every kernel this model's requests can reach, so none pays for it.
 
-        The family warms its kernels; then whole requests run through decode (so the
-        arrays have exactly the types requests bring) at sizes that take the resize
-        paths (both passes, one axis, none, several images in one batch), past the cache.
+        The family warms its kernels (and its raw variant's, where it has one); then whole
+        requests run through decode (so the arrays have exactly the types requests bring)
+        at sizes that take the resize paths (both passes, one axis, none, several images
+        in one batch), past the cache.
         """
-        self.family.warmup()
+        raw = (False, True) if self.family.device_normalization() is not None else (False,)
+        for r in raw:
+            (self.family.raw() if r else self.family).warmup()
         sizes = [(37, 53), (300, 40), (40, 300)]
         sizes.append(self.family.plan(64, 64, 0).resized_size)  # already at target size
         images = [random_png(h, w, seed) for seed, (h, w) in enumerate(sizes)]
         for batch in ([images[0]], [images[-1]], images):
-            try:
-                self.preprocess(batch, use_cache=False)
-            except PreprocessError:
-                pass  # a family may refuse a warmup shape; its kernels are compiled anyway
+            for r in raw:
+                try:
+                    self.preprocess(batch, use_cache=False, raw=r)
+                except PreprocessError:
+                    pass  # a family may refuse a warmup shape; its kernels are compiled anyway
 
     # -- the request ------------------------------------------------------------------
 
@@ -218,28 +223,30 @@ class Preprocessor:
 
     def configure(self, images: int, options: ImageOptions | None = None,
                   image_options: Sequence[ImageOptions | None] | None = None,
-                  max_image_tokens: int | None = None) -> list[Target]:
+                  max_image_tokens: int | None = None, raw: bool = False, encoder_budget: int = 0) -> list[Target]:
         """Each image's target: the request's ``options`` overridden field by field by the
         image's own (``image_options[i]``, None: none), the family variant they configure
         (``Family.with_options``; INVALID_ARGUMENT naming the image, the field and why
-        when the family cannot honour them exactly) and the token budget (the lower of
+        when the family cannot honour them exactly; ``raw``: of the family's raw variant,
+        FAILED_PRECONDITION where it has none) and the token budget (the lower of
         ``token_budget`` and the image's ``max_tokens``). Cheap: variants are kept."""
         if image_options is not None and len(image_options) != images:
             raise invalid(f"{len(image_options)} per-image options for {images} image(s)")
         base = options if options is not None else ImageOptions()
         budget = self.token_budget(max_image_tokens)
+        model = self.family.raw() if raw else self.family
         targets = []
         for i in range(images):
             merged = base.merged(image_options[i] if image_options is not None else None)
             try:
-                family = self.family.with_options(merged)
+                family = model.with_options(merged)
             except PreprocessError as e:
                 raise PreprocessError(e.code, e.detail, item=i) from None
             limit = budget
             if merged.max_tokens is not None and merged.max_tokens < budget[0]:
                 limit = (merged.max_tokens, "the image's max_tokens option")
             spec = self.spec_key if family is self.family else family.fingerprint()
-            targets.append(Target(family, spec, merged if merged != ImageOptions() else None, limit))
+            targets.append(Target(family, spec, merged if merged != ImageOptions() else None, limit, encoder_budget))
         return targets
 
     def preprocess(
@@ -248,7 +255,8 @@ class Preprocessor:
         options: ImageOptions | None = None, image_options: Sequence[ImageOptions | None] | None = None,
         hashes: Sequence[str | None] | None = None, videos: Sequence[bytes] = (),
         video_options: VideoOptions | None = None, per_video_options: Sequence[VideoOptions | None] | None = None,
-        video_hashes: Sequence[str | None] | None = None, deadline: float | None = None,
+        video_hashes: Sequence[str | None] | None = None, deadline: float | None = None, raw: bool = False,
+        encoder_budget: int = 0,
     ) -> PreprocessOutput:
         """``cancel``: set it (e.g. when the RPC is cancelled or its deadline passes) and the
         request stops at the next image boundary with a CANCELLED error. ``use_cache``
@@ -265,13 +273,19 @@ class Preprocessor:
         ``hashes[i]``: image i's blake3 when the caller already knows it (not recomputed).
         ``videos``: encoded videos, one video placeholder each (``video_driver``), with
         ``video_options`` / ``per_video_options[i]`` as for images and ``video_hashes``;
-        ``deadline``: a ``time.monotonic()`` value video decoding must end by."""
+        ``deadline``: a ``time.monotonic()`` value video decoding must end by. ``raw``: the
+        pixels as uint8 before rescale and normalize (the processor with do_rescale=False,
+        do_normalize=False), for an engine that normalizes on the device
+        (FAILED_PRECONDITION for a family whose engine does not). ``encoder_budget``: the
+        most feature tokens one image or video may carry (the worker's
+        ``mm_encoder_budget``; 0: no bound), RESOURCE_EXHAUSTED before any pixel work."""
         t0 = time.perf_counter()
         images, videos = _encoded(images), _encoded(videos, "video")
         prompt = self.check_request(len(images), input_ids, len(videos))
-        targets = self.configure(len(images), options, image_options, max_image_tokens)
-        vtargets = video_driver.configure(self.family, len(videos), self.max_video_tokens, video_options,
-                                          per_video_options)
+        targets = self.configure(len(images), options, image_options, max_image_tokens, raw, encoder_budget)
+        family = self.family.raw() if raw else self.family
+        vtargets = video_driver.configure(family, len(videos), self.max_video_tokens, video_options,
+                                          per_video_options, encoder_budget)
         cache = self.cache if use_cache else None
         admitted = self._each(lambda i: self._admit(images[i], i, cache, targets[i], _known(hashes, i)), len(images),
                               cancel)
@@ -281,11 +295,11 @@ class Preprocessor:
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         applied, image_applied, vranges, vruns = self._layout(prompt, plans, vadmitted)
-        pixel_values, slots, lent = self._allocate(admitted, allocate)
+        pixel_values, slots, lent = self._allocate(admitted, allocate, family.pixel_dtype)
         aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
                          cancel)
         pixel_values_videos, video_tensors = video_driver.process(
-            self.family, vadmitted, self.video_limits, deadline, partial(self._each, cancel=cancel), cache, allocate)
+            family, vadmitted, self.video_limits, deadline, partial(self._each, cancel=cancel), cache, allocate)
         t2 = time.perf_counter()
         positions = (self.family.positions(image_applied, plans, video_driver.items(self.family, vadmitted, vranges))
                      if vadmitted else self.family.positions(applied, plans))
@@ -309,7 +323,7 @@ class Preprocessor:
         image_options: Sequence[ImageOptions | None] | None = None, hashes: Sequence[str | None] | None = None,
         videos: Sequence[bytes] = (), video_options: VideoOptions | None = None,
         per_video_options: Sequence[VideoOptions | None] | None = None,
-        video_hashes: Sequence[str | None] | None = None,
+        video_hashes: Sequence[str | None] | None = None, encoder_budget: int = 0,
     ) -> PlanOutput:
         """What ``preprocess`` with the same arguments will produce, from the image headers
         alone: per image its hash, sizes, grid, token count, ranges, effective options and
@@ -318,13 +332,14 @@ class Preprocessor:
         No pixel is decoded and nothing is kept. The same failures as ``preprocess`` up to
         its layout (an image over its token budget is refused); a file whose pixel data
         is corrupt is found only when it is decoded. Videos likewise, from their container
-        headers: sampling, sizes, grid and expansion (no frame decoded)."""
+        headers: sampling, sizes, grid and expansion (no frame decoded). ``pixel_bytes``: the
+        pixel tensors' size in each wire dtype the model can send."""
         t0 = time.perf_counter()
         images, videos = _encoded(images), _encoded(videos, "video")
         prompt = self.check_request(len(images), input_ids, len(videos))
-        targets = self.configure(len(images), options, image_options, max_image_tokens)
+        targets = self.configure(len(images), options, image_options, max_image_tokens, encoder_budget=encoder_budget)
         vtargets = video_driver.configure(self.family, len(videos), self.max_video_tokens, video_options,
-                                          per_video_options)
+                                          per_video_options, encoder_budget)
         cache = self.cache if use_cache else None
         planned = self._each(lambda i: self._plan_one(images[i], i, cache, targets[i], _known(hashes, i)),
                              len(images), cancel)
@@ -338,7 +353,17 @@ class Preprocessor:
             image_token_id=self.family.image_token_id,
             timings_ms={"total_ms": (time.perf_counter() - t0) * 1e3},
             videos=video_driver.results(vplanned, vranges, vruns, self.family),
+            pixel_bytes=self._pixel_bytes([a.plan for a in planned], [v.plan for v in vplanned]),
         )
+
+    def _pixel_bytes(self, plans: list[ItemPlan], video_plans: list) -> dict[str, int]:
+        """The pixel tensors' bytes in each wire dtype (uint8 where the model has raw pixels)."""
+        elements = int(np.prod(self.family.batch_shape(plans)[0], dtype=np.int64)) if plans else 0
+        elements += sum(int(np.prod(p.feature_shape, dtype=np.int64)) for p in video_plans)
+        widths = {"float32": 4, "bfloat16": 2, "float16": 2}
+        if self.family.device_normalization() is not None:
+            widths["uint8"] = 1
+        return {dtype: elements * width for dtype, width in widths.items()}
 
     def _layout(self, prompt: Prompt, plans: list[ItemPlan], videos: list) -> tuple:
         """(the whole layout, its image-only view, each video's range, each video's runs)."""
@@ -358,11 +383,11 @@ class Preprocessor:
         if cache is not None:
             hit = cache.peek((h, target.spec_key))
             if hit is not None:
-                _within(hit.plan, hit.height, hit.width, i, target.budget)
+                _within(hit.plan, hit.height, hit.width, i, target.budget, encoder_budget=target.encoder_budget)
                 return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, target)
         header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
         plan = _within(target.family.plan(header.height, header.width, i), header.height, header.width, i,
-                       target.budget)
+                       target.budget, encoder_budget=target.encoder_budget)
         return _Admitted(h, header.height, header.width, plan, None, None, target)
 
     def _admit(self, data: bytes, i: int, cache: PreprocessCache | None, target: Target,
@@ -374,31 +399,34 @@ class Preprocessor:
         if cache is not None:
             hit = cache.get((h, target.spec_key))
             if hit is not None:
-                _within(hit.plan, hit.height, hit.width, i, budget)
+                _within(hit.plan, hit.height, hit.width, i, budget, encoder_budget=target.encoder_budget)
                 return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, target)
         td = time.perf_counter()
         header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
-        plan = _within(family.plan(header.height, header.width, i), header.height, header.width, i, budget)
+        plan = _within(family.plan(header.height, header.width, i), header.height, header.width, i, budget,
+                       encoder_budget=target.encoder_budget)
         img = decode_pixels(header, transparency=family.transparency)
         if (img.height, img.width) != (header.height, header.width):  # never seen: open_image reads orientation
-            plan = _within(family.plan(img.height, img.width, i), img.height, img.width, i, budget, True)
+            plan = _within(family.plan(img.height, img.width, i), img.height, img.width, i, budget, True,
+                           target.encoder_budget)
         decode_ms = (time.perf_counter() - td) * 1e3
         return _Admitted(h, img.height, img.width, plan, img, None, target, decode_ms)
 
-    def _allocate(self, admitted: list[_Admitted], allocate=None) -> tuple[np.ndarray, list[tuple], bool]:
-        """pixel_values, each item's slot, and whether the memory is the caller's
-        (``allocate``); a lone cached image is its cached tensor (no copy)."""
+    def _allocate(self, admitted: list[_Admitted], allocate=None, dtype=np.float32
+                  ) -> tuple[np.ndarray, list[tuple], bool]:
+        """pixel_values of ``dtype``, each item's slot, and whether the memory is the
+        caller's (``allocate``); a lone cached image is its cached tensor (no copy)."""
         if not admitted:  # a request of videos alone
-            return np.zeros((0, 0), np.float32), [], False
+            return np.zeros((0, 0), dtype), [], False
         if len(admitted) == 1 and admitted[0].cached is not None:
             return admitted[0].cached.pixel_values, [admitted[0].cached.slot], False
         shape, slots = self.family.batch_shape([a.plan for a in admitted])
-        lent = allocate(shape, "pixel_values") if allocate is not None else None
+        lent = allocate(shape, "pixel_values", dtype) if allocate is not None else None
         if lent is not None:
             if _padded(shape, slots):
                 lent.fill(0)
             return lent, slots, True
-        return _new_batch(shape, slots), slots, False
+        return _new_batch(shape, slots, dtype), slots, False
 
     def _process(self, a: _Admitted, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache | None,
                  lent: bool = False):
@@ -425,15 +453,24 @@ class Preprocessor:
         if lent or pixel_values.shape != shape or slot != single_slot:
             if not cache.admits(int(np.prod(shape)) * pixel_values.itemsize):
                 return None
-            batch = _new_batch(shape, [single_slot])
+            batch = _new_batch(shape, [single_slot], pixel_values.dtype)
             batch[single_slot] = pixel_values[slot]
             pixel_values, slot = batch, single_slot
         return CachedItem(a.height, a.width, a.plan, pixel_values, slot, aux)
 
 
 def _within(plan: ItemPlan, height: int, width: int, item: int, budget: tuple[int, str],
-            decoded: bool = False) -> ItemPlan:
-    """``plan``, or RESOURCE_EXHAUSTED when it expands into more tokens than the budget."""
+            decoded: bool = False, encoder_budget: int = 0) -> ItemPlan:
+    """``plan``, or RESOURCE_EXHAUSTED when it expands into more tokens than the budget, or
+    carries more feature tokens than the worker's encoder budget."""
+    if encoder_budget and plan.expansion.features > encoder_budget:
+        raise PreprocessError(
+            Code.RESOURCE_EXHAUSTED,
+            f"{width}x{height} image carries {plan.expansion.features} feature tokens, over the worker's encoder "
+            f"budget of {encoder_budget} per item (its server info's mm_encoder_budget: the engine could never "
+            f"schedule it){'' if decoded else '; not decoded'}. Ask for fewer pixels (max_pixels or max_tokens)",
+            item=item,
+        )
     limit, source = budget
     if plan.token_count > limit:
         raise PreprocessError(
@@ -510,15 +547,16 @@ def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) ->
     ]
 
 
-def _new_batch(shape: tuple[int, ...], slots: list[tuple]) -> np.ndarray:
+def _new_batch(shape: tuple[int, ...], slots: list[tuple], dtype=np.float32) -> np.ndarray:
     """pixel_values to write the items' slots into, starting on a cache line, so rows
     the kernels write with streaming stores cover whole lines. Zeros where padding is
     left between slots (which never overlap); a batch the slots cover whole (one image,
     or a family without padding) is not written twice."""
-    size = int(np.prod(shape, dtype=np.int64))
-    raw = np.empty(4 * size + _LINE, dtype=np.uint8)
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _LINE, dtype=np.uint8)
     start = -raw.ctypes.data % _LINE
-    out = raw[start:start + 4 * size].view(np.float32).reshape(shape)
+    out = raw[start:start + nbytes].view(dtype).reshape(shape)
     if _padded(shape, slots):
         out.fill(0)
     return out

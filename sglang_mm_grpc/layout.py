@@ -28,6 +28,11 @@ class Expansion:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
+    @property
+    def features(self) -> int:
+        """The tokens that carry features (what an engine's encoder budget counts)."""
+        return int(np.count_nonzero(self.tokens == self.patch_id))
+
 
 @dataclass(frozen=True)
 class TokenLayout:

@@ -182,9 +182,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     # -- the work ------------------------------------------------------------------------
 
     async def _fetched(self, request: pb.PreprocessRequest, context, rec: RequestRecord, deadline: "_Deadline",
-                       pp: Preprocessor) -> "_Request":
-        """The request checked (shape, options, media ids) before anything is fetched, then
-        its images' and videos' bytes: fetched, decoded from data URLs, or the media store's."""
+                       pp: Preprocessor, resolved: Resolved) -> "_Request":
+        """The request checked (shape, options, raw pixels, media ids) before anything is
+        fetched, then its images' and videos' bytes: fetched, decoded from data URLs, or the
+        media store's."""
         rec.images = len(request.images)
         input_ids = list(request.input_ids) if request.input_ids else None
         videos = len(request.videos)
@@ -192,7 +193,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             self._check_takes_video(pp, request.model, videos)
         pp.check_request(len(request.images), input_ids, videos=videos)  # before any fetch
         options, image_options = _image_options(request)
-        pp.configure(len(request.images), options, image_options, request.max_image_tokens or None)
+        pp.configure(len(request.images), options, image_options, request.max_image_tokens or None, resolved.raw)
         video_options, per_video = _video_options(request)
         media, missing = self._media_sources(request.images, "image", context)
         vmedia, vmissing = self._media_sources(request.videos, "video", context)
@@ -213,7 +214,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.bytes = sum(len(b) for b in raw[:n])
         rec.video_bytes = sum(len(b) for b in raw[n:])
         return _Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
-                        _Videos(raw[n:], vmedia, video_options, per_video), deadline.at)
+                        _Videos(raw[n:], vmedia, video_options, per_video), resolved, deadline.at)
 
     def _check_takes_video(self, pp: Preprocessor, name: str, videos: int) -> None:
         if "video" in pp.info["modalities"]:
@@ -282,7 +283,9 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     async def _plan(self, request: pb.PreprocessRequest, context, *, rec: RequestRecord, ticket: Ticket):
         deadline = _Deadline(context)
         pp = self._model(request.model)
-        req = await self._fetched(request, context, rec, deadline, pp)
+        backend = asm.parse_backend(request.backend) if request.backend else None
+        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos))
+        req = await self._fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("planning")
         tw = time.perf_counter()
         try:
@@ -299,6 +302,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             _fill_image_info(resp.images.add(), im)
         for v in out.videos:
             _fill_video_info(resp.videos.add(), v)
+        for dtype, nbytes in out.pixel_bytes.items():
+            resp.pixel_bytes[dtype] = nbytes
         if out.videos:
             resp.video_token_id = req.model.info["video_token_id"] or 0
         resp.timings.fetch_ms = rec.stages_ms["fetch"]
@@ -309,7 +314,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         t0 = time.perf_counter()
         out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                              options=req.options, image_options=req.image_options, hashes=req.media.hashes,
-                             **req.videos.arguments())
+                             encoder_budget=req.resolved.encoder_budget, **req.videos.arguments())
         self._remember(req, out.images, out.videos)
         return out, (time.perf_counter() - t0) * 1e3
 
@@ -321,7 +326,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos))
         if backend is not None:
             asm.check_videos(backend, len(request.videos))  # before anything is fetched
-        req = await self._fetched(request, context, rec, deadline, pp)
+        req = await self._fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("preprocessing")
         job = _Job(req, request, backend, backend is None or request.keep_handle, rec, resolved)
         tw = time.perf_counter()
@@ -364,7 +369,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 videos["deadline"] = req.deadline
             out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                                        allocate=stager, options=req.options, image_options=req.image_options,
-                                       hashes=req.media.hashes, **videos)
+                                       hashes=req.media.hashes, raw=req.resolved.raw,
+                                       encoder_budget=req.resolved.encoder_budget, **videos)
             self._remember(req, out.images, out.videos)
             resp = _response(job.request, out)
             resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
@@ -449,6 +455,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 f"{' (or was never issued)' if why == 'unknown' else ''}: call Preprocess again",
             )
         rec.model, rec.images = kept.model, len(kept.output.images)
+        if resolved.worker is not None:
+            resolved.worker.check_output(kept.output.images, asm.videos_of(kept.output))
         _Deadline(context).check("assembling")
         ta = time.perf_counter()
         wire_bytes, assemble_ms = await self._in_pool(_timed, self._assembled_response, kept, backend, resolved,
@@ -712,6 +720,7 @@ class _Request:
     media: _Media
     max_image_tokens: int | None  # the request's budget per image (None: the model's)
     videos: _Videos
+    resolved: Resolved  # its payload options: raw pixels, the worker's limits
     deadline: float | None = None  # time.monotonic() the call must end by (None: no deadline)
 
 

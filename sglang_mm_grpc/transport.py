@@ -1,12 +1,16 @@
 """How a call's payload tensors travel: its PayloadOptions against the server's defaults.
 
-* the pixel dtype (``WireDtype``; the backend's default when unspecified);
+* the pixel dtype (``WireDtype``; unspecified: what the worker's server info asks for,
+  else the backend's default); uint8 (raw pixels, for an engine that normalizes on the
+  device) is decided here, before Preprocess, since the kernels then write the bytes;
+* the chosen worker's server info (``worker_info``): its item limits, checked before
+  any fetch, its encoder budget per item, its /dev/shm identity for AUTO;
 * the transport: inline, SHM, or AUTO (SHM only when the caller's ``shm_namespace_id``
   equals this server's, the gateway's rule) for vLLM and TokenSpeed, with the minimum
   size below which a tensor stays inline; unspecified takes the server's default
   (``serve --tensor-transport`` / ``$SMG_MM_TENSOR_TRANSPORT``, ``--shm-min-bytes`` /
   ``$SMG_MM_SHM_MIN_BYTES``), which applies where the backend can use it;
-* staging: a Preprocess whose options lead to float32 SHM pixel tensors has the kernels
+* staging: a Preprocess whose options lead to float32 or uint8 SHM pixel tensors has the kernels
   write ``pixel_values`` and ``pixel_values_videos`` straight into a segment each
   (``Stager``), which the payload then hands out;
 * the segments a kept result owns, removed when it leaves the store.
@@ -25,7 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from . import assemble as asm
-from . import wire
+from . import wire, worker_info
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .errors import Code, PreprocessError
 from .shm import DEFAULT_MIN_BYTES, STAGED, Segment, ShmArena
@@ -73,11 +77,21 @@ def default_min_bytes(value: int | None = None, env=os.environ) -> int:
 
 @dataclass(frozen=True)
 class Resolved:
-    """A call's options after the defaults: what ``assemble`` gets, and which pixel
-    tensors a Preprocess should stage in shared memory (``STAGEABLE`` names)."""
+    """A call's options after the defaults: what ``assemble`` gets, which pixel tensors a
+    Preprocess should stage in shared memory (``STAGEABLE`` names), whether it keeps raw
+    uint8 pixels, and the most feature tokens one item may carry (0: no such bound)."""
 
     wire: asm.WireOptions
     stage: frozenset[str] = frozenset()
+    worker: worker_info.WorkerInfo | None = None
+
+    @property
+    def raw(self) -> bool:
+        return self.wire.pixel_dtype == "uint8"
+
+    @property
+    def encoder_budget(self) -> int:
+        return self.worker.encoder_budget if self.worker is not None else 0
 
 
 class Transport:
@@ -90,11 +104,21 @@ class Transport:
         self.min_bytes = int(min_bytes)
         self.max_send_bytes = max_send_bytes
 
-    def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int = 0,
-                videos: int = 0) -> Resolved:
+    def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int | None = None,
+                videos: int | None = None) -> Resolved:
         """``options`` for a payload to ``backend`` (None: not known yet, a two-phase Preprocess)
-        of ``images`` images and ``videos`` videos (what a Preprocess stages depends on them)."""
-        dtype = asm.parse_pixel_dtype(options.pixel_dtype)
+        of ``images`` images and ``videos`` videos (what a Preprocess stages depends on them;
+        None: not known, an Assemble, whose items were checked at Preprocess)."""
+        worker = worker_info.from_options(options)
+        name = asm.BACKEND_NAMES.get(backend) if backend else None
+        if worker is not None and name is not None and name != worker.backend:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"payload_options carries a {worker.backend} worker's server "
+                                  f"info, but the payload is for {name}")
+        if worker is not None and images is not None:
+            worker.check_items(images, videos or 0)
+        dtype, source = asm.parse_pixel_dtype(options.pixel_dtype), "payload_options.pixel_dtype"
+        if not dtype and worker is not None:
+            dtype, source = worker.pixel_dtype()
         if options.transport and options.transport not in TRANSPORTS:
             raise PreprocessError(Code.INVALID_ARGUMENT,
                                   f"transport {options.transport} is not a TensorTransport value")
@@ -105,14 +129,14 @@ class Transport:
             raise PreprocessError(Code.FAILED_PRECONDITION,
                                   "this server has no shared memory (/dev/shm is not writable here): "
                                   "ask for TENSOR_TRANSPORT_INLINE or AUTO")
+        namespace = options.shm_namespace_id or (worker.shm_namespace_id if worker is not None else "")
         shm = self.arena is not None and (
-            mode == "shm" or (mode == "auto" and bool(options.shm_namespace_id)
-                              and options.shm_namespace_id == self.arena.namespace_id))
-        name = asm.BACKEND_NAMES.get(backend) if backend else None
-        wire_options = asm.WireOptions(dtype, shm, min_bytes, shm_required=named == "shm")
+            mode == "shm" or (mode == "auto" and bool(namespace) and namespace == self.arena.namespace_id))
+        wire_options = asm.WireOptions(dtype, shm, min_bytes, shm_required=named == "shm", pixel_dtype_source=source)
         if backend:
             asm.check_options(backend, wire_options)  # refused before anything is fetched
-        return Resolved(wire_options, _staged(name, dtype, images, videos) if shm else frozenset())
+        staged = _staged(name, dtype, images or 0, videos or 0) if shm else frozenset()
+        return Resolved(wire_options, staged, worker)
 
     def stager(self, resolved: Resolved) -> "Stager | None":
         if not resolved.stage or self.arena is None:
@@ -172,12 +196,13 @@ class Transport:
 
 def _staged(backend: str | None, dtype: str, images: int, videos: int) -> frozenset[str]:
     """The pixel tensors a payload to ``backend`` (None: not known yet) can hand out whole
-    as float32: vLLM's (each modality's batch carries all of its tensor), TokenSpeed's
-    where one item is all of it (one image, one video; several items are several
-    segments); none in another dtype (the payload converts as it copies)."""
+    in the dtype the kernels write (float32, or uint8 raw pixels): vLLM's (each
+    modality's batch carries all of its tensor), TokenSpeed's where one item is all of
+    it (one image, one video; several items are several segments); none in another
+    dtype (the payload converts as it copies)."""
     if backend not in (None, *asm.SHM_BACKENDS):
         return frozenset()  # its payload has no shared memory
-    if (dtype or (asm.DEFAULT_PIXEL_DTYPE[backend] if backend else "float32")) != "float32":
+    if (dtype or (asm.DEFAULT_PIXEL_DTYPE[backend] if backend else "float32")) not in asm.KERNEL_DTYPES:
         return frozenset()
     if backend == "tokenspeed":
         return frozenset(t for t, n in zip(STAGEABLE, (images, videos)) if n == 1)
@@ -195,15 +220,16 @@ class Stager:
         self.tensors = frozenset(tensors)
         self.segments: dict[str, Segment] = {}  # tensor name -> its staged segment
 
-    def __call__(self, shape: tuple[int, ...], tensor: str = "pixel_values") -> np.ndarray | None:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * 4
+    def __call__(self, shape: tuple[int, ...], tensor: str = "pixel_values", dtype=np.float32) -> np.ndarray | None:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if tensor not in self.tensors or tensor in self.segments or nbytes == 0 or nbytes < self.min_bytes:
             return None
         seg = self.arena.create(nbytes)
         if seg is None:
             return None  # no room: the driver allocates as usual, the payload goes inline
         self.segments[tensor] = seg
-        return seg.buffer().view(np.float32).reshape(shape)
+        return seg.buffer().view(dtype).reshape(shape)
 
     def keep(self, handle: str) -> None:
         """The staged segments, written, now belong to the kept result ``handle``."""

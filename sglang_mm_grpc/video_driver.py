@@ -47,6 +47,7 @@ class VideoTarget:
     config: object  # the family's video config
     options: VideoOptions
     budget: tuple[int, str]
+    encoder_budget: int = 0  # the most feature tokens (the worker's mm_encoder_budget); 0: none
 
 
 @dataclass
@@ -81,8 +82,8 @@ def video_placeholders(family: Family, ids: np.ndarray, videos: int) -> np.ndarr
 
 
 def configure(family: Family, count: int, max_tokens: int, options: VideoOptions | None,
-              per_video: Sequence[VideoOptions | None] | None) -> list[VideoTarget]:
-    """Each video's processor (its options over the request's, field by field) and budget."""
+              per_video: Sequence[VideoOptions | None] | None, encoder_budget: int = 0) -> list[VideoTarget]:
+    """Each video's processor (its options over the request's, field by field) and budgets."""
     if per_video is not None and len(per_video) != count:
         raise PreprocessError(Code.INVALID_ARGUMENT, f"{len(per_video)} per-video options for {count} video(s)")
     base = options if options is not None else VideoOptions()
@@ -96,7 +97,7 @@ def configure(family: Family, count: int, max_tokens: int, options: VideoOptions
         budget = (max_tokens, "the model's max_video_tokens")
         if merged.max_tokens is not None and merged.max_tokens < max_tokens:
             budget = (merged.max_tokens, "the video's max_tokens option")
-        out.append(VideoTarget(config, merged, budget))
+        out.append(VideoTarget(config, merged, budget, encoder_budget))
     return out
 
 
@@ -124,6 +125,14 @@ def _check_plan(plan, meta, i: int, target: VideoTarget, limits: media_video.Vid
     if len(plan.indices) > limits.max_sampled_frames:
         raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"sampling takes {len(plan.indices)} frames, over the limit "
                               f"of {limits.max_sampled_frames} (max_sampled_frames)", item=i, kind="video")
+    features = plan.expansion.features
+    if target.encoder_budget and features > target.encoder_budget:
+        raise PreprocessError(
+            Code.RESOURCE_EXHAUSTED,
+            f"{meta.width}x{meta.height} video of {len(plan.indices)} sampled frames carries {features} feature "
+            f"tokens, over the worker's encoder budget of {target.encoder_budget} per item (its server info's "
+            "mm_encoder_budget: the engine could never schedule it); not decoded. Ask for fewer frames (fps or "
+            "num_frames) or fewer pixels per frame (max_pixels)", item=i, kind="video")
     limit, source = target.budget
     if plan.token_count > limit:
         raise PreprocessError(
@@ -138,7 +147,8 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
             ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """pixel_values_videos (every row written once) and the video tensors; a lone cached
     video's are the cached arrays themselves (read-only, no copy). ``allocate(shape,
-    name)``: the driver's (memory of the caller's, e.g. a shared-memory segment, or None)."""
+    name, dtype)``: the driver's (memory of the caller's, e.g. a shared-memory segment, or
+    None). The dtype is the family's (float32, or uint8 for a raw variant)."""
     if not admitted:
         return None, {}
     if len(admitted) == 1 and admitted[0].cached is not None:
@@ -146,8 +156,8 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
     rows = [a.plan.feature_shape[0] for a in admitted]
     starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
     shape = (int(starts[-1]), admitted[0].plan.feature_shape[1])
-    lent = allocate(shape, "pixel_values_videos") if allocate is not None else None
-    out = lent if lent is not None else np.empty(shape, np.float32)
+    lent = allocate(shape, "pixel_values_videos", family.pixel_dtype) if allocate is not None else None
+    out = lent if lent is not None else np.empty(shape, family.pixel_dtype)
 
     def one(i: int):
         a = admitted[i]

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from ..carriers import DETAILS, DecodedImage, ImageOptions
-from ..errors import PreprocessError, invalid
+from ..errors import Code, PreprocessError, invalid
 from ..layout import AppliedLayout, Expansion
 from ..positions import MRope
 from . import batching
@@ -68,10 +68,23 @@ class Normalization:
     rescale_factor: float = 1 / 255
     do_rescale: bool = True
     do_normalize: bool = True
+    #: Raw pixels: uint8 after resize, pad and patchify, neither rescaled nor normalized
+    #: (the processor called with do_rescale=False, do_normalize=False), for an engine
+    #: that normalizes on the device.
+    raw: bool = False
 
     def lut(self, make) -> np.ndarray:
         """The normalize table these knobs give, made by ``make`` (a ``kernels`` table maker)."""
         return make(self.image_mean, self.image_std, self.rescale_factor, self.do_rescale, self.do_normalize)
+
+    def as_raw(self):
+        """These knobs with the pixels kept raw."""
+        return replace(self, raw=True, do_rescale=False, do_normalize=False)
+
+    @property
+    def pixel_dtype(self) -> np.dtype:
+        """What the kernels write: uint8 raw pixels, else float32."""
+        return np.dtype(np.uint8 if self.raw else np.float32)
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,39 @@ class Family(Generic[G]):
         """Write the item's features into ``out`` (its slot of pixel_values), every element
         of it (the slot is not zeroed beforehand); return its rows of the other tensors."""
         raise NotImplementedError
+
+    @property
+    def pixel_dtype(self) -> np.dtype:
+        """The dtype of pixel_values (and pixel_values_videos): float32, or uint8 for a
+        ``raw`` variant."""
+        return np.dtype(np.float32)
+
+    def device_normalization(self) -> str | None:
+        """The vLLM model code that rescales and normalizes this checkpoint's pixels on
+        the device (``supports_mm_device_do_normalize``), cited; None where the engine
+        wants them normalized, so raw pixels would never be."""
+        return None
+
+    def raw(self) -> "Family[G]":
+        """This family writing raw uint8 pixels (built from its config's ``as_raw``, once, and
+        kept), for an engine that normalizes on the device; FAILED_PRECONDITION naming the
+        family and why where no engine would normalize them."""
+        if self.pixel_dtype == np.uint8:
+            return self
+        if self.device_normalization() is None:
+            raise PreprocessError(
+                Code.FAILED_PRECONDITION,
+                f"the {self.name} family ({self.reference_processor}) has no raw uint8 pixels to send: vLLM's model "
+                "for this checkpoint does not normalize pixels on the device (it does not set "
+                "supports_mm_device_do_normalize), so nothing would ever rescale or normalize them; ask for "
+                "float pixels (WIRE_DTYPE_FLOAT32, BFLOAT16 or FLOAT16)")
+        with _variants_lock:
+            variant = self.__dict__.get("_raw")
+        if variant is None:
+            variant = type(self)(self.config.as_raw())  # type: ignore[call-arg,attr-defined]
+            with _variants_lock:
+                variant = self.__dict__.setdefault("_raw", variant)
+        return variant
 
     def with_processor(self, processor: str) -> "Family[G]":
         """This checkpoint reproducing another transformers class (one of ``processors``)."""
@@ -242,7 +288,7 @@ class Family(Generic[G]):
         for sizes in batches:
             plans = [self.plan(h, w, item=i) for i, (h, w) in enumerate(sizes)]
             shape, slots = self.batch_shape(plans)
-            batch = np.zeros(shape, np.float32)
+            batch = np.zeros(shape, self.pixel_dtype)
             for (h, w), plan, slot in zip(sizes, plans, slots):
                 rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
                 self.process_item(DecodedImage(rgb), plan, batch[slot])

@@ -145,6 +145,17 @@ class Pixtral(Family[Grid]):
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"), unpadded_by="image_sizes")
         self._lut = config.lut(normalize.pil_backend_lut)
 
+    @property
+    def pixel_dtype(self) -> np.dtype:
+        return self.config.pixel_dtype
+
+    def device_normalization(self) -> str | None:
+        """Mistral 3 only: vLLM's llava.py (Pixtral-12B's LlavaForConditionalGeneration)
+        does not normalize on the device."""
+        if self.config.model_type == "mistral3":
+            return "vllm/model_executor/models/mistral3.py Mistral3ForConditionalGeneration"
+        return None
+
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config
         h, w = fit_size(height, width, c.max_height, c.max_width, c.unit)

@@ -29,6 +29,17 @@ from .base import PROCESSORS, Aux, Family, FieldLayout, ImageOptions, ItemPlan, 
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 MAX_ASPECT_RATIO = 200
+#: The vLLM 0.33 model classes that normalize pixels on the device
+#: (``supports_mm_device_do_normalize = True``, inherited from Qwen3-VL by its MoE and
+#: Qwen3.5), by model_type: every model_type this family claims.
+DEVICE_NORMALIZATION = {
+    "qwen2_vl": "vllm/model_executor/models/qwen2_vl.py Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "vllm/model_executor/models/qwen2_5_vl.py Qwen2_5_VLForConditionalGeneration",
+    "qwen3_vl": "vllm/model_executor/models/qwen3_vl.py Qwen3VLForConditionalGeneration",
+    "qwen3_vl_moe": "vllm/model_executor/models/qwen3_vl_moe.py Qwen3VLMoeForConditionalGeneration",
+    "qwen3_5": "vllm/model_executor/models/qwen3_5.py Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "vllm/model_executor/models/qwen3_5.py Qwen3_5MoeForConditionalGeneration",
+}
 #: ``detail: low``: at most this many tokens per image (max_pixels = 64 * (patch * merge)**2:
 #: 224x224 for Qwen2/2.5-VL, 256x256 for Qwen3-VL), as OpenAI's low detail is one small
 #: fixed budget (85 tokens there).
@@ -75,6 +86,10 @@ class QwenVLConfig(Normalization):
     processor: str = "pil"  # which transformers class: one of PROCESSORS
     #: The video processor (``qwen_video``); None: the family takes no video.
     video: qwen_video.VideoConfig | None = None
+
+    def as_raw(self) -> "QwenVLConfig":
+        """Raw pixels for images and videos alike."""
+        return replace(super().as_raw(), video=self.video.as_raw() if self.video is not None else None)
 
 
 def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None, video: dict | None = None,
@@ -162,6 +177,13 @@ class QwenVL(Family[Grid]):
         self.factor = config.patch_size * config.merge_size
         self.row_width = 3 * config.temporal_patch_size * config.patch_size**2
         self._lut = config.lut(normalize.torchvision_backend_lut if self.torchvision else normalize.pil_backend_lut)
+
+    @property
+    def pixel_dtype(self) -> np.dtype:
+        return self.config.pixel_dtype
+
+    def device_normalization(self) -> str | None:
+        return DEVICE_NORMALIZATION.get(self.config.model_type)
 
     def with_processor(self, processor: str) -> "QwenVL":
         super().with_processor(processor)

@@ -25,6 +25,7 @@ class WireDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WIRE_DTYPE_FLOAT32: _ClassVar[WireDtype]
     WIRE_DTYPE_BFLOAT16: _ClassVar[WireDtype]
     WIRE_DTYPE_FLOAT16: _ClassVar[WireDtype]
+    WIRE_DTYPE_UINT8: _ClassVar[WireDtype]
 
 class TensorTransport(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -48,6 +49,7 @@ WIRE_DTYPE_UNSPECIFIED: WireDtype
 WIRE_DTYPE_FLOAT32: WireDtype
 WIRE_DTYPE_BFLOAT16: WireDtype
 WIRE_DTYPE_FLOAT16: WireDtype
+WIRE_DTYPE_UINT8: WireDtype
 TENSOR_TRANSPORT_UNSPECIFIED: TensorTransport
 TENSOR_TRANSPORT_INLINE: TensorTransport
 TENSOR_TRANSPORT_SHM: TensorTransport
@@ -58,16 +60,20 @@ DETAIL_LOW: Detail
 DETAIL_HIGH: Detail
 
 class PayloadOptions(_message.Message):
-    __slots__ = ("pixel_dtype", "transport", "shm_min_bytes", "shm_namespace_id")
+    __slots__ = ("pixel_dtype", "transport", "shm_min_bytes", "shm_namespace_id", "vllm_server_info", "tokenspeed_server_info")
     PIXEL_DTYPE_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     SHM_MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHM_NAMESPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    VLLM_SERVER_INFO_FIELD_NUMBER: _ClassVar[int]
+    TOKENSPEED_SERVER_INFO_FIELD_NUMBER: _ClassVar[int]
     pixel_dtype: WireDtype
     transport: TensorTransport
     shm_min_bytes: int
     shm_namespace_id: str
-    def __init__(self, pixel_dtype: _Optional[_Union[WireDtype, str]] = ..., transport: _Optional[_Union[TensorTransport, str]] = ..., shm_min_bytes: _Optional[int] = ..., shm_namespace_id: _Optional[str] = ...) -> None: ...
+    vllm_server_info: _vllm_engine_pb2.GetServerInfoResponse
+    tokenspeed_server_info: _tokenspeed_scheduler_pb2.GetServerInfoResponse
+    def __init__(self, pixel_dtype: _Optional[_Union[WireDtype, str]] = ..., transport: _Optional[_Union[TensorTransport, str]] = ..., shm_min_bytes: _Optional[int] = ..., shm_namespace_id: _Optional[str] = ..., vllm_server_info: _Optional[_Union[_vllm_engine_pb2.GetServerInfoResponse, _Mapping]] = ..., tokenspeed_server_info: _Optional[_Union[_tokenspeed_scheduler_pb2.GetServerInfoResponse, _Mapping]] = ...) -> None: ...
 
 class TensorData(_message.Message):
     __slots__ = ("data", "shape", "dtype")
@@ -294,7 +300,14 @@ class BackendPayload(_message.Message):
     def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm_extra: _Optional[_Iterable[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings", "videos", "video_token_id")
+    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings", "videos", "video_token_id", "pixel_bytes")
+    class PixelBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +315,7 @@ class PlanResponse(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     VIDEOS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    PIXEL_BYTES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
     input_ids_length: int
@@ -309,7 +323,8 @@ class PlanResponse(_message.Message):
     timings: StageTimings
     videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
     video_token_id: int
-    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
+    pixel_bytes: _containers.ScalarMap[str, int]
+    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ..., pixel_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class AssembleRequest(_message.Message):
     __slots__ = ("handle", "backend", "release", "payload_options")
