@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("av")
 
+from device_norm import device_normalize  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
 
@@ -46,3 +47,22 @@ def test_video_equals_the_hf_fixture(models, case):
     if want["second_per_grid_ts"] is not None:
         assert out.video_tensors["second_per_grid_ts"].tolist() == want["second_per_grid_ts"]
     assert _sha(out.positions.astype(np.int64)) == want["positions"]["sha256"] and out.rope_delta == want["rope_delta"]
+
+
+@pytest.mark.parametrize("case", FIXTURE["cases"], ids=[c["id"] for c in FIXTURE["cases"]])
+def test_raw_video_equals_the_hf_fixture(models, case):
+    """Raw pixels (uint8, as the HF video processor gives them with do_rescale=False,
+    do_normalize=False), and vLLM's device formula on them against the normalized ones
+    (which the test above holds equal to HF's)."""
+    if case["model"] not in models:
+        models[case["model"]] = Preprocessor.from_model(case["model"] + "@torchvision")
+    pp = models[case["model"]]
+    want = case["outputs"]["pixel_values_videos_raw"]
+    args = dict(videos=[CLIPS[case["clip"]]], video_options=VideoOptions(**case["options"]), use_cache=False)
+    raw = pp.preprocess([], case["prompt"], raw=True, **args)
+    assert raw.pixel_values_videos.dtype == np.uint8 and list(raw.pixel_values_videos.shape) == want["shape"]
+    assert _sha(raw.pixel_values_videos) == want["sha256"]
+    normalized = pp.preprocess([], case["prompt"], **args).pixel_values_videos
+    c = pp.family.config.video
+    got = device_normalize(raw.pixel_values_videos, c.image_mean, c.image_std, c.rescale_factor)
+    assert float(np.max(np.abs(got - normalized))) <= 1e-6
