@@ -6,7 +6,8 @@ element, though, which LLVM cannot vectorize; a few float32 operations can be. B
 the output depends only on (channel, value), arithmetic that reproduces all 256 entries
 of each channel's table is exact for every image: ``arithmetic`` searches for such
 constants once per table and the writers use them, keeping the lookup for tables no
-candidate reproduces (e.g. bf16-rounded ones).
+candidate reproduces (e.g. bf16-rounded ones). A writer's uint8 output (raw pixels, for
+engines that normalize on the device) gets the bytes themselves (``normalize_row``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from numba.extending import intrinsic, overload
 from .bf16 import round_bf16
 from .pixels import wide_vectors
 
-#: Outputs at least this large are written with streaming stores (``stream_run``): they
-#: do not fit the caches anyway, and ordinary stores would first read every line they
+#: float32 outputs at least this large are written with streaming stores (``stream_run``):
+#: they do not fit the caches anyway, and ordinary stores would first read every line they
 #: write (a tensor written once costs three times its size in memory traffic).
 STREAM_MIN_BYTES = 1 << 21
 _LINE = 64  # bytes per cache line
@@ -304,12 +305,27 @@ def _bf16_run(src, n, step, f0, m0, r0, f1, m1, r1, f2, m2, r2, d0, d1, d2):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
-    """``d_c[i] = lut[c, src[step*i + c]]`` for ``i < n``: ``src`` an interleaved uint8
-    row, RGB (``step`` 3) or Pillow's RGBX (4); ``coef`` from ``arithmetic(lut)``. The
-    arithmetic loop reads the three channels together, so LLVM vectorizes it (shuffled
-    byte loads, float32 math, contiguous stores), once per constant step; the lookup
-    loop stays scalar. A [3, 3] ``coef`` is the bfloat16 chain."""
+def _split_run(src, n, step, d0, d1, d2):
+    for i in range(n):
+        d0[i] = src[step * i]
+        d1[i] = src[step * i + 1]
+        d2[i] = src[step * i + 2]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _split_row(src, n, d0, d1, d2, step):
+    """``normalize_row`` into uint8 rows: the bytes de-interleaved, once per constant step
+    (LLVM vectorizes it with byte shuffles)."""
+    wide_vectors()
+    if step == 4:
+        _split_run(src, n, 4, d0, d1, d2)
+    else:
+        _split_run(src, n, 3, d0, d1, d2)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _normalize_row(src, n, coef, lut, d0, d1, d2, step):
+    """``normalize_row`` into float32 rows."""
     wide_vectors()
     if coef.shape[0] == 3 and coef.shape[1] == 3:
         f0, m0, r0 = coef[0, 0], coef[0, 1], coef[0, 2]
@@ -343,6 +359,37 @@ def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
             d2[i] = t2[src[step * i + 2]]
 
 
+def normalize_row(src, n, coef, lut, d0, d1, d2, step=3):
+    """``d_c[i] = lut[c, src[step*i + c]]`` for ``i < n``: ``src`` an interleaved uint8
+    row, RGB (``step`` 3) or Pillow's RGBX (4); ``coef`` from ``arithmetic(lut)``. The
+    arithmetic loop reads the three channels together, so LLVM vectorizes it (shuffled
+    byte loads, float32 math, contiguous stores), once per constant step; the lookup
+    loop stays scalar. A [3, 3] ``coef`` is the bfloat16 chain. Rows ``d_c`` of uint8
+    get the raw bytes, ``d_c[i] = src[step*i + c]`` (``coef`` and ``lut`` not read).
+    The dtype picks the loop when numba types the call (``_normalize_row_numba``), so the
+    float32 code has no branch for uint8."""
+    if d0.dtype == np.uint8:
+        _split_row(src, n, d0, d1, d2, step)
+    else:
+        _normalize_row(src, n, coef, lut, d0, d1, d2, step)
+
+
+# A test in the body on a constant (as ``_c_typed``) leaves the dead branch to LLVM,
+# which then compiled the float32 writers differently; choosing at typing does not.
+@overload(normalize_row, inline="always")
+def _normalize_row_numba(src, n, coef, lut, d0, d1, d2, step=3):
+    if d0.dtype == types.uint8:
+        def split(src, n, coef, lut, d0, d1, d2, step=3):
+            _split_row(src, n, d0, d1, d2, step)
+
+        return split
+
+    def normalized(src, n, coef, lut, d0, d1, d2, step=3):
+        _normalize_row(src, n, coef, lut, d0, d1, d2, step)
+
+    return normalized
+
+
 @intrinsic
 def copy_run(typingctx, dst, i, src, j, n):
     """``dst[i:i+n] = src[j:j+n]`` for 1-D arrays whose elements are adjacent in memory
@@ -370,15 +417,30 @@ def _line_offset(typingctx, arr, i):
     return types.int64(arr, i), codegen
 
 
+def _itemsize(context, arr_type) -> int:
+    return context.get_abi_sizeof(context.get_data_type(arr_type.dtype))
+
+
+@intrinsic
+def _elem_bytes(typingctx, arr):
+    """The size of ``arr``'s elements in bytes (a constant)."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(64), _itemsize(context, sig.args[0]))
+
+    return types.int64(arr), codegen
+
+
 @intrinsic
 def _stream_line(typingctx, dst, i, src, j):
-    """``dst[i:i+16] = src[j:j+16]`` for 4-byte elements, stored as one non-temporal
-    64-byte store (``dst[i]`` must start a cache line); no bounds check."""
+    """``dst[i:i+k] = src[j:j+k]``, ``k`` the elements of a 64-byte line (16 float32, 64
+    uint8), stored as one non-temporal 64-byte store (``dst[i]`` must start a cache
+    line); no bounds check."""
     def codegen(context, builder, sig, args):
         d = context.make_array(sig.args[0])(context, builder, args[0])
         s = context.make_array(sig.args[2])(context, builder, args[2])
-        line = ir.VectorType(ir.IntType(32), 16)
-        value = builder.load(builder.bitcast(builder.gep(s.data, [args[3]]), ir.PointerType(line)), align=4)
+        size = _itemsize(context, sig.args[0])
+        line = ir.VectorType(ir.IntType(8 * size), _LINE // size)
+        value = builder.load(builder.bitcast(builder.gep(s.data, [args[3]]), ir.PointerType(line)), align=size)
         store = builder.store(value, builder.bitcast(builder.gep(d.data, [args[1]]), ir.PointerType(line)), align=64)
         store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
@@ -404,24 +466,44 @@ def store_fence(typingctx):
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def stream_run(dst, i, src, j, n):
-    """``dst[i:i+n] = src[j:j+n]`` for 1-D arrays of 4-byte elements adjacent in memory:
-    the whole cache lines of ``dst`` with streaming (non-temporal) stores, which write
-    memory without reading it first and leave the caches alone; the partial lines at
-    either end with ``copy_run``. Call ``store_fence`` once after the last one."""
-    head = min(((_LINE - _line_offset(dst, i)) % _LINE) // 4, n)
+    """``dst[i:i+n] = src[j:j+n]`` for 1-D arrays of one element type (4 or 1 bytes)
+    adjacent in memory: the whole cache lines of ``dst`` with streaming (non-temporal)
+    stores, which write memory without reading it first and leave the caches alone; the
+    partial lines at either end with ``copy_run``. Call ``store_fence`` once after the
+    last one."""
+    size = _elem_bytes(dst)
+    per_line = _LINE // size
+    head = min(((_LINE - _line_offset(dst, i)) % _LINE) // size, n)
     if head > 0:
         copy_run(dst, i, src, j, head)
     k = head
-    while k + 16 <= n:
+    while k + per_line <= n:
         _stream_line(dst, i + k, src, j + k)
-        k += 16
+        k += per_line
     if k < n:
         copy_run(dst, i + k, src, j + k, n - k)
 
 
 def streams(out: np.ndarray) -> bool:
-    """Whether a writer should stream ``out`` (``STREAM_MIN_BYTES``)."""
-    return out.nbytes >= STREAM_MIN_BYTES
+    """Whether a writer should stream ``out``: float32 from ``STREAM_MIN_BYTES`` on; uint8
+    (raw pixels) never, as streaming it measured slower at every size (2-93 MiB)."""
+    return out.dtype != np.uint8 and out.nbytes >= STREAM_MIN_BYTES
+
+
+#: The writers' output dtypes: float32 (each value through the table) or uint8 (the raw
+#: resized pixels, for engines that rescale and normalize themselves).
+OUT_DTYPES = (np.dtype(np.float32), np.dtype(np.uint8))
+_RAW_TABLES = (np.zeros((0, 4), np.float32), np.zeros((3, 256), np.float32))
+
+
+def tables(lut, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(coef, lut) to hand a writer whose output is ``dtype``: for float32 the table as
+    float32 and ``arithmetic`` of it; for uint8 placeholders (no table is read; ``lut``
+    may be None)."""
+    if np.dtype(dtype) == np.uint8:
+        return _RAW_TABLES
+    lut = np.ascontiguousarray(lut, dtype=np.float32)
+    return arithmetic(lut), lut
 
 
 def _c_typed(a) -> bool:
@@ -438,10 +520,11 @@ def _c_typed_numba(a):
 @numba.njit(nogil=True, cache=True, inline="always")
 def normalize_into(src, n, coef, lut, line, out, y, x, step=3):
     """``out[c, y, x:x+n] = lut[c, src[step*i + c]]`` (``step`` 4: Pillow's RGBX, read in
-    place). A C-contiguous ``out`` is written
-    directly; any other (a slot of a padded batch, whose rows are still contiguous) gets
-    the row through ``line`` (float32 [3, >= n]) and ``copy_run``, since LLVM would
-    turn stores of unknown stride into slow scatters."""
+    place), or the raw bytes ``src[step*i + c]`` for a uint8 ``out`` (``normalize_row``).
+    A C-contiguous ``out`` is written directly; any other (a slot of a padded batch,
+    whose rows are still contiguous) gets the row through ``line`` ([3, >= n] of
+    ``out``'s dtype) and ``copy_run``, since LLVM would turn stores of unknown stride
+    into slow scatters."""
     if _c_typed(out):
         normalize_row(src, n, coef, lut, out[0, y, x:x + n], out[1, y, x:x + n], out[2, y, x:x + n], step)
     else:

@@ -7,10 +7,11 @@ Per band of ``merge`` grid rows, each image row is normalized once by
 table itself) into planar rows that stay in cache; the output rows, which for a band
 are one contiguous stretch, are then written in memory order from patch-wide runs of
 those rows, the temporal copies from the same run. Every output element is written
-once. A large output (``normalize.STREAM_MIN_BYTES``) is assembled one merge block
+once. A large float32 output (``normalize.streams``) is assembled one merge block
 (merge**2 rows) at a time in a small buffer and written to memory with streaming
 stores. Bit-equal to the unfused chain (Pillow resize, HF rescale + normalize, HF
-patchify reshape/transpose).
+patchify reshape/transpose). A uint8 ``out`` gets the resized pixels themselves (raw,
+neither rescaled nor normalized), laid out the same way (never streamed).
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import numba
 import numpy as np
 
 from . import resample_pil
-from .normalize import arithmetic, copy_run, normalize_row, store_fence, stream_run, streams
+from .normalize import OUT_DTYPES, copy_run, normalize_row, store_fence, stream_run, streams, tables
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def write_band(rows, alias, gw, patch, merge, temporal, flat, stage, r, stream):
     """Write one band's output rows (its merge blocks, in memory order) from its normalized
-    planar rows ``rows[f, mh, c, py, x]``, temporal slot t taking frame ``alias[t]`` (an
-    image: frame 0 in every slot); each block through ``stage`` with streaming stores when
-    ``stream``. Returns the next output row."""
+    (or raw) planar rows ``rows[f, mh, c, py, x]``, temporal slot t taking frame
+    ``alias[t]`` (an image: frame 0 in every slot); each block through ``stage`` with
+    streaming stores when ``stream``. Returns the next output row."""
     pp = patch * patch
     width = 3 * temporal * pp
     block = merge * merge * width
@@ -114,15 +115,17 @@ def slide_window(win, src, wlo, whi, bv, y0, y1, bh, kh):
 def _specialized(patch: int, merge: int, temporal: int):
     """Kernels with the geometry baked in as constants, so LLVM turns the patch-wide
     moves and the block copies into straight vector code: ``kernel`` patchifies a whole
-    (resized) image; ``fused`` resizes and patchifies a group of bands at a time."""
+    (resized) image; ``fused`` resizes and patchifies a group of bands at a time. Each
+    compiles per ``out`` dtype: float32 (normalized) or uint8 (raw); the scratch rows take
+    that dtype."""
     band = patch * merge
     group = group_rows(patch, merge)
 
     @numba.njit(nogil=True, cache=True)
     def kernel(img, coef, lut, out, stream=False):
         flat = out.reshape(out.size)
-        rows = np.empty((1, merge, 3, patch, img.shape[1]), np.float32)  # one band, planar, normalized
-        stage = np.empty(merge * merge * out.shape[1], np.float32)  # streaming: one merge block, then out
+        rows = np.empty((1, merge, 3, patch, img.shape[1]), out.dtype)  # one band, planar, normalized (or raw)
+        stage = np.empty(merge * merge * out.shape[1], out.dtype)  # streaming: one merge block, then out
         _write_bands(img, img.shape[0] // band, patch, merge, temporal, coef, lut, flat, rows, stage, 0, stream)
         if stream:
             store_fence()
@@ -133,8 +136,8 @@ def _specialized(patch: int, merge: int, temporal: int):
         out), ``group`` rows at a time: the passes' intermediate rows stay in cache."""
         in_h, in_w, sp = src.shape
         flat = out.reshape(out.size)
-        rows = np.empty((1, merge, 3, patch, out_w), np.float32)
-        stage = np.empty(merge * merge * out.shape[1], np.float32)
+        rows = np.empty((1, merge, 3, patch, out_w), out.dtype)
+        stage = np.empty(merge * merge * out.shape[1], out.dtype)
         res = np.empty((min(group, out_h), out_w, 3), np.uint8)
         r = 0
         if out_w != in_w and out_h != in_h and h_first:
@@ -170,18 +173,22 @@ def _specialized(patch: int, merge: int, temporal: int):
     return kernel, fused
 
 
+def _check_out(out: np.ndarray) -> None:
+    if out.dtype not in OUT_DTYPES or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 or uint8, got {out.dtype}")
+
+
 def lut_patchify(img: np.ndarray, lut: np.ndarray, out: np.ndarray, patch: int, merge: int, temporal: int) -> None:
     """uint8 [H, W, 3] (or Pillow's RGBX [H, W, 4]) -> ``out`` float32
-    [gh*gw, 3*temporal*patch*patch].
+    [gh*gw, 3*temporal*patch*patch] (``lut[c, value]``), or uint8 (the pixels as they
+    are; ``lut`` not read).
 
     Rows are merge-block-major: block (bi, bj), then sub-patch (mh, mw). Columns are
     (c, t, py, px); the temporal copies repeat the frame.
     """
-    if not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous")
-    lut = np.ascontiguousarray(lut, dtype=np.float32)
-    _specialized(int(patch), int(merge), int(temporal))[0](np.ascontiguousarray(img), arithmetic(lut), lut, out,
-                                                           streams(out))
+    _check_out(out)
+    coef, lut = tables(lut, out.dtype)
+    _specialized(int(patch), int(merge), int(temporal))[0](np.ascontiguousarray(img), coef, lut, out, streams(out))
 
 
 def resize_normalize_patchify(
@@ -194,13 +201,15 @@ def resize_normalize_patchify(
     merge: int,
     temporal: int,
     out: np.ndarray | None = None,
+    dtype=None,
 ) -> np.ndarray:
     """uint8 [H, W, 3] (or RGBX [H, W, 4], see ``resample_pil.resize_rgb``) -> float32
     [gh*gw, 3*temporal*patch*patch], rows merge-block-major and columns (c, t, py, px) as
-    in ``lut_patchify``.
+    in ``lut_patchify``; uint8 (``dtype`` or a uint8 ``out``): the resized pixels, raw.
 
     ``out_h``/``out_w`` must be multiples of ``patch*merge``. ``out`` may be a slot of a
-    larger preallocated batch tensor so the rows land in place.
+    larger preallocated batch tensor so the rows land in place; ``dtype`` (float32 when
+    neither is given) must then be its dtype.
     """
     if rgb.ndim != 3 or rgb.shape[2] not in (3, 4) or rgb.dtype != np.uint8:
         raise ValueError("expected an RGB uint8 [H, W, 3] or RGBX [H, W, 4] array")
@@ -208,10 +217,15 @@ def resize_normalize_patchify(
         raise ValueError("target size must be a positive multiple of patch*merge")
     rows = (out_h // patch) * (out_w // patch)
     cols = 3 * temporal * patch * patch
+    if dtype is None:
+        dtype = np.float32 if out is None else out.dtype
+    dtype = np.dtype(dtype)
+    if dtype not in OUT_DTYPES:
+        raise ValueError(f"dtype must be float32 or uint8, got {dtype}")
     if out is None:
-        out = np.empty((rows, cols), dtype=np.float32)
-    elif out.shape != (rows, cols) or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 {(rows, cols)}, got {out.dtype} {out.shape}")
+        out = np.empty((rows, cols), dtype=dtype)
+    elif out.shape != (rows, cols) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous {dtype} {(rows, cols)}, got {out.dtype} {out.shape}")
     if rgb.shape[:2] == (out_h, out_w):
         lut_patchify(np.ascontiguousarray(rgb), lut, out, patch, merge, temporal)  # RGBX stays RGBX: either is read
     elif resample == resample_pil.NEAREST:
@@ -248,10 +262,8 @@ def resampled_patchify(rgb: np.ndarray, out_h: int, out_w: int, bh, kh, bv, kv, 
     ``resample_pil.separable`` runs it, without the resized image ever existing whole: a
     few bands' rows at a time go through both passes and into ``out`` while in cache.
     A vertical-first resize of a wide image (``VFIRST_GROUP_BYTES``) goes pass by pass
-    over the whole image instead."""
-    if out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous float32")
-    lut = np.ascontiguousarray(lut, dtype=np.float32)
+    over the whole image instead. ``out`` float32 or uint8, as there."""
+    _check_out(out)
     in_h, in_w = rgb.shape[:2]
     group_bytes = group_rows(patch, merge) * (in_w * rgb.shape[2] + out_w * 3)
     if not h_first and out_h != in_h and out_w != in_w and group_bytes > VFIRST_GROUP_BYTES:
@@ -262,4 +274,4 @@ def resampled_patchify(rgb: np.ndarray, out_h: int, out_w: int, bh, kh, bv, kv, 
         return
     _specialized(int(patch), int(merge), int(temporal))[1](
         np.ascontiguousarray(rgb), int(out_h), int(out_w), np.ascontiguousarray(bh), np.ascontiguousarray(kh),
-        np.ascontiguousarray(bv), np.ascontiguousarray(kv), bool(h_first), arithmetic(lut), lut, out, streams(out))
+        np.ascontiguousarray(bv), np.ascontiguousarray(kv), bool(h_first), *tables(lut, out.dtype), out, streams(out))

@@ -11,8 +11,9 @@ frame of the group goes through torch's separable resize (horizontal pass into a
 window of rows, then the vertical pass; ``resample_pil``'s passes with torch's weights),
 each resized row is normalized once through the fused rescale+normalize table
 (``normalize.normalize_row``) into planar rows that stay in cache, and the group's output
-rows are written once, a merge block at a time, with streaming stores when large. The
-resized frames never exist whole.
+rows are written once, a merge block at a time, with streaming stores when large
+(``normalize.streams``). The resized frames never exist whole. A uint8 ``out`` gets the
+resized pixels themselves (raw, neither rescaled nor normalized), laid out the same way.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ import numba
 import numpy as np
 
 from . import resample_pil
-from .normalize import arithmetic, normalize_row, store_fence, streams
+from .normalize import OUT_DTYPES, normalize_row, store_fence, streams, tables
 from .patchify import group_rows, slide_window, window_rows, write_band
 from .resample_tv import coeffs
 
 
 @functools.lru_cache(maxsize=None)
 def _specialized(patch: int, merge: int, temporal: int):
-    """The kernel with the geometry as constants (straight vector code for the moves)."""
+    """The kernel with the geometry as constants (straight vector code for the moves),
+    compiled per ``out`` dtype (float32 normalized, uint8 raw; the scratch rows take it)."""
     band = patch * merge
     group = group_rows(patch, merge)
 
@@ -39,8 +41,8 @@ def _specialized(patch: int, merge: int, temporal: int):
         in_h, in_w = frames[0].shape[0], frames[0].shape[1]
         gw = out_w // patch
         flat = out.reshape(out.size)
-        rows = np.empty((temporal, merge, 3, patch, out_w), np.float32)  # one band of each frame, planar
-        stage = np.empty(merge * merge * out.shape[1], np.float32)  # streaming: one merge block, then out
+        rows = np.empty((temporal, merge, 3, patch, out_w), out.dtype)  # one band of each frame, planar
+        stage = np.empty(merge * merge * out.shape[1], out.dtype)  # streaming: one merge block, then out
         res = np.empty((temporal, min(group, out_h), out_w, 3), np.uint8)
         both = out_w != in_w and out_h != in_h
         win = np.empty((temporal, window_rows(bv, out_h, group) if both else 1, out_w, 3), np.uint8)
@@ -92,7 +94,7 @@ def group_resize_patchify(frames: list[np.ndarray], out_h: int, out_w: int, bh, 
     ``out_h`` x ``out_w`` (multiples of patch*merge) with the given axes' coefficients
     (``resample_tv.coeffs``'s layout, horizontal pass first; an axis that keeps its size
     is not read) -> ``out`` float32 [(out_h/patch)*(out_w/patch), 3*len(frames)*patch*patch],
-    C-contiguous."""
+    C-contiguous; or uint8 of that shape: the resized pixels, raw (``lut`` not read)."""
     t = len(frames)
     alias = np.arange(t, dtype=np.int64)
     for i in range(1, t):
@@ -104,20 +106,21 @@ def group_resize_patchify(frames: list[np.ndarray], out_h: int, out_w: int, bh, 
     band = patch * merge
     if out_h % band or out_w % band or out_h <= 0 or out_w <= 0:
         raise ValueError(f"target size {out_h}x{out_w} is not a positive multiple of {band}")
-    if not out.flags.c_contiguous or out.dtype != np.float32 or \
+    if not out.flags.c_contiguous or out.dtype not in OUT_DTYPES or \
             out.shape != ((out_h // patch) * (out_w // patch), 3 * t * patch * patch):
-        raise ValueError(f"out must be C-contiguous float32 of {(out_h // patch) * (out_w // patch)} x {3 * t * patch**2}")
-    lut = np.ascontiguousarray(lut, dtype=np.float32)
+        raise ValueError(f"out must be C-contiguous float32 or uint8 of {(out_h // patch) * (out_w // patch)} x "
+                         f"{3 * t * patch**2}, got {out.dtype} {out.shape}")
     _specialized(int(patch), int(merge), t)(
         tuple(np.ascontiguousarray(f) for f in frames), alias, int(out_h), int(out_w), np.ascontiguousarray(bh),
-        np.ascontiguousarray(kh), np.ascontiguousarray(bv), np.ascontiguousarray(kv), arithmetic(lut), lut, out,
+        np.ascontiguousarray(kh), np.ascontiguousarray(bv), np.ascontiguousarray(kv), *tables(lut, out.dtype), out,
         streams(out))
 
 
-def warmup(patch: int = 14, merge: int = 2, temporal: int = 2) -> None:
-    """Compile (or load from the on-disk cache) the kernel for this geometry."""
+def warmup(patch: int = 14, merge: int = 2, temporal: int = 2, dtype=np.float32) -> None:
+    """Compile (or load from the on-disk cache) the kernel for this geometry and output
+    dtype (float32, or uint8 for raw pixels)."""
     side = patch * merge
     frames = [np.zeros((side + 3, side + 5, 3), np.uint8)] * temporal
-    out = np.empty((merge * merge, 3 * temporal * patch * patch), np.float32)
+    out = np.empty((merge * merge, 3 * temporal * patch * patch), dtype)
     group_resize_patchify(frames, side, side, *coeffs(side + 5, side, "bicubic"), *coeffs(side + 3, side, "bicubic"),
                           np.zeros((3, 256), np.float32), out, patch, merge)

@@ -1,4 +1,5 @@
-"""float32 tensors written into a destination buffer as float32, bfloat16 or float16.
+"""float32 tensors written into a destination buffer as float32, bfloat16 or float16
+(and raw uint8 pixel tensors copied as they are).
 
 One pass: each element is read once and its little-endian bytes written once, so
 narrowing a tensor costs no more than copying it. The destination is a byte buffer
@@ -23,7 +24,7 @@ import numba
 import numpy as np
 
 #: Wire dtype name -> bytes per element.
-WIDTHS = {"float32": 4, "bfloat16": 2, "float16": 2}
+WIDTHS = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1}
 BF16_NAN = 0xFFFF
 
 
@@ -80,9 +81,24 @@ def to_f16(src, dst):
         dst[i] = f16_bits(src[i])
 
 
+@numba.njit(nogil=True, cache=True)
+def copy_bytes(src, dst):
+    """dst[:] = src for uint8 arrays (a memcpy, without the GIL)."""
+    dst[:] = src
+
+
 def cast_into(src: np.ndarray, dst: np.ndarray, dtype: str) -> None:
     """Write the float32 array ``src`` (C order) into the uint8 buffer ``dst`` (exactly
-    ``src.size * WIDTHS[dtype]`` bytes, any alignment) as ``dtype``, little-endian."""
+    ``src.size * WIDTHS[dtype]`` bytes, any alignment) as ``dtype``, little-endian; a
+    uint8 ``src`` (raw pixels) only as "uint8", copied."""
+    if dtype == "uint8" or src.dtype == np.uint8:
+        if src.dtype != np.uint8 or dtype != "uint8":
+            raise ValueError(f"raw uint8 pixels go on the wire as uint8 only, not {src.dtype} as {dtype}")
+        if dst.dtype != np.uint8 or dst.ndim != 1 or dst.size != src.size:
+            raise ValueError(f"destination of {dst.size} bytes for {src.size} bytes")
+        if src.size:
+            copy_bytes(np.ascontiguousarray(src).reshape(-1), dst)
+        return
     s = np.ascontiguousarray(src, dtype=np.float32).reshape(-1).view(np.uint32)
     if dst.dtype != np.uint8 or dst.ndim != 1 or dst.size != s.size * WIDTHS[dtype]:
         raise ValueError(f"destination of {dst.size} bytes for {s.size} elements of {dtype}")
@@ -101,5 +117,6 @@ def warmup() -> None:
     src = np.linspace(-2.0, 2.0, 16, dtype=np.float32)
     buf = np.zeros(src.size * 4 + 1, np.uint8)
     for dtype, width in WIDTHS.items():
-        cast_into(src, buf[: src.size * width], dtype)
-        cast_into(src, buf[1 : 1 + src.size * width], dtype)
+        values = src.view(np.uint8)[: src.size] if dtype == "uint8" else src
+        cast_into(values, buf[: src.size * width], dtype)
+        cast_into(values, buf[1 : 1 + src.size * width], dtype)

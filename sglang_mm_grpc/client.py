@@ -329,14 +329,17 @@ class Client:
 
     def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
              timeout: float | None = None, max_image_tokens: int | None = None,
-             image_options=None, videos: Iterable = (), video_options=None) -> pb.PlanResponse:
+             image_options=None, videos: Iterable = (), video_options=None,
+             options: pb.PayloadOptions | None = None) -> pb.PlanResponse:
         """What ``preprocess`` with the same images, ids and options would produce, from the
         image headers alone: per image (``images``) its hash, sizes, grid, token count,
         ranges, effective options and ``cached``, and ``input_ids_length``. Nothing is
         decoded or kept; the server keeps the bytes for media ids. ``videos``: per video the
-        same from its container header (``PlanResponse.videos``)."""
+        same from its container header (``PlanResponse.videos``). ``options``: the payload
+        options the Preprocess will carry (a worker's item limits and encoder budget are
+        then checked here too)."""
         req = pb.PreprocessRequest(request_id=request_id, model=model, input_ids=list(input_ids or ()),
-                                   max_image_tokens=max_image_tokens or 0,
+                                   max_image_tokens=max_image_tokens or 0, payload_options=options,
                                    image_options=_image_options_message(image_options),
                                    video_options=_video_options_message(video_options))
         return self._with_media("Plan", req, images, self._timeout(timeout), videos)

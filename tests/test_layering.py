@@ -78,6 +78,7 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.assemble",
             "sglang_mm_grpc.tensors",
             "sglang_mm_grpc.wire",
+            "sglang_mm_grpc.worker_info",
             # shm: where a payload's tensor bytes live when they do not travel in the message
             "sglang_mm_grpc.shm",
             "sglang_mm_grpc._proto.*",

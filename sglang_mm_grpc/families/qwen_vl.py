@@ -309,5 +309,5 @@ class QwenVL(Family[Grid]):
             resample_tv.warmup()
         if self.config.video is not None:
             video_patchify.warmup(self.config.video.patch_size, self.config.video.merge_size,
-                                  self.config.video.temporal_patch_size)
+                                  self.config.video.temporal_patch_size, dtype=self.pixel_dtype)
         self.run_batches([(37, 53)], [(300, 40)], [(40, 300)])

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Raw uint8 pixels against float32, in one run (docs/WIRE_CURRENT.md, "Raw pixels").
+
+    python scripts/bench_raw.py [--repeat N] [--json out.json]
+
+* in-process: per family with raw pixels, a never-seen 1280x720 photo-like JPEG each
+  call: ``preprocess`` (float32) and ``preprocess(raw=True)`` (uint8), p50 of each and
+  the ratio raw / float32;
+* server: a server on 127.0.0.1 (Qwen2-VL), one-shot ``Preprocess`` with the vLLM
+  payload over shared memory (the pixels staged by the kernels and handed out, the
+  worker reading the segment untimed), uint8 and float32, p50 client side, each over the
+  in-process time of its dtype; and inline uint8 / float32 for the bytes.
+
+Run from a checkout with the package installed (``pip install -e '.[test]'``); the
+process tunes malloc and asks for AMX tiles as ``serve`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import _Server, _timed_flows, photo_like, variant  # noqa: E402
+
+FAMILIES = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct",
+            "mistralai/Mistral-Small-3.1-24B-Instruct-2503"]
+SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+SIZE = (1280, 720)
+
+
+def _p50(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def bench_inprocess(repeat: int, photo: bytes) -> list[dict]:
+    from sglang_mm_grpc import Preprocessor
+
+    rows = []
+    fresh = iter(variant(photo, k) for k in range(1 << 20))
+    for model in FAMILIES:
+        pp = Preprocessor.from_model(model, cache_bytes=0)
+        pp.warmup()
+        f32, raw = [], []
+        for _ in range(repeat + 1):  # interleaved, so both see the same machine
+            for times, is_raw in ((f32, False), (raw, True)):
+                data = next(fresh)
+                t0 = time.perf_counter()
+                pp.preprocess([data], raw=is_raw)
+                times.append((time.perf_counter() - t0) * 1e3)
+        row = {"model": model, "float32_p50_ms": statistics.median(f32[1:]), "uint8_p50_ms": statistics.median(raw[1:])}
+        row["uint8_over_float32"] = row["uint8_p50_ms"] / row["float32_p50_ms"]
+        rows.append(row)
+        print(f"{model:<48} float32 {row['float32_p50_ms']:7.2f}  uint8 {row['uint8_p50_ms']:7.2f}  "
+              f"uint8/float32 {row['uint8_over_float32']:.2f}x", flush=True)
+    return rows
+
+
+def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
+    from smg_grpc_servicer import mm_shm
+
+    from sglang_mm_grpc.client import Client, payload_options
+
+    srv = _Server("--model", SERVER_MODEL, "--shm-lease", "60")
+    out: dict = {}
+    try:
+        srv.wait_serving()
+        fresh = iter(variant(photo, k) for k in range(1 << 20))
+
+        def read(resp) -> None:  # what the worker does: read the segment, which removes it
+            td = resp.payload.vllm.pixel_values
+            if td.WhichOneof("payload") == "shm":
+                mm_shm.tensor_payload_bytes(td)
+
+        with Client(srv.target, timeout=60) as c:
+            for dtype in ("uint8", "float32"):
+                shm = payload_options(dtype, "shm")
+                out[f"shm_{dtype}_p50_ms"] = _timed_flows(
+                    lambda: c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm", options=shm), repeat, read)
+                out[f"shm_{dtype}_over_inprocess"] = out[f"shm_{dtype}_p50_ms"] / inproc[dtype]
+                inline = payload_options(dtype, "inline")
+                out[f"inline_{dtype}_p50_ms"] = _timed_flows(
+                    lambda: c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm", options=inline), repeat)
+                out[f"inline_{dtype}_bytes"] = c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm",
+                                                            options=inline).ByteSize()
+    finally:
+        srv.proc.terminate()
+        srv.proc.wait(30)
+    for dtype in ("uint8", "float32"):
+        print(f"server one-shot vLLM over SHM, {dtype:<7}: p50 {out[f'shm_{dtype}_p50_ms']:7.2f} ms "
+              f"({out[f'shm_{dtype}_over_inprocess']:.2f}x in-process {inproc[dtype]:.2f}); inline "
+              f"{out[f'inline_{dtype}_p50_ms']:7.2f} ms, {out[f'inline_{dtype}_bytes'] / 1e6:.1f} MB")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+    from sglang_mm_grpc.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.kernels import amx
+
+    tune_for_large_tensors()
+    amx.request()
+    photo = photo_like(*SIZE)
+    print(f"in-process, one thread, a new {SIZE[0]}x{SIZE[1]} photo-like JPEG each call, ms (median)")
+    rows = bench_inprocess(args.repeat, photo)
+    server_row = next(r for r in rows if r["model"] == SERVER_MODEL)
+    server = bench_server(args.repeat, photo, {"uint8": server_row["uint8_p50_ms"],
+                                               "float32": server_row["float32_p50_ms"]})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"inprocess": rows, "server": server}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
