@@ -7,9 +7,10 @@
   call: ``preprocess`` (float32) and ``preprocess(raw=True)`` (uint8), p50 of each and
   the ratio raw / float32;
 * server: a server on 127.0.0.1 (Qwen2-VL), one-shot ``Preprocess`` with the vLLM
-  payload over shared memory (the pixels staged by the kernels and handed out, the
-  worker reading the segment untimed), uint8 and float32, p50 client side, each over the
-  in-process time of its dtype; and inline uint8 / float32 for the bytes.
+  payload called as a router calls it (a plain stub), back to back, over shared memory
+  (the pixels staged by the kernels and handed out, the worker reading the segment
+  untimed) and inline, uint8 and float32: p50 client side over the in-process time of
+  its dtype, the server's own time, the response's bytes.
 
 Run from a checkout with the package installed (``pip install -e '.[test]'``); the
 process tunes malloc and asks for AMX tiles as ``serve`` does.
@@ -69,39 +70,54 @@ def bench_inprocess(repeat: int, photo: bytes) -> list[dict]:
 
 
 def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
+    """One-shot Preprocess with the vLLM payload, as a router calls it (a plain stub on one
+    channel), back to back; the worker's read of the segment is not timed."""
+    import grpc
     from smg_grpc_servicer import mm_shm
 
-    from sglang_mm_grpc.client import Client, payload_options
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
+    from sglang_mm_grpc.client import payload_options
 
     srv = _Server("--model", SERVER_MODEL, "--shm-lease", "60")
     out: dict = {}
     try:
         srv.wait_serving()
         fresh = iter(variant(photo, k) for k in range(1 << 20))
-
-        def read(resp) -> None:  # what the worker does: read the segment, which removes it
-            td = resp.payload.vllm.pixel_values
-            if td.WhichOneof("payload") == "shm":
-                mm_shm.tensor_payload_bytes(td)
-
-        with Client(srv.target, timeout=60) as c:
+        limits = [("grpc.max_receive_message_length", 256 << 20), ("grpc.enable_http_proxy", 0)]
+        with grpc.insecure_channel(srv.target, limits) as channel:
+            stub = pb_grpc.MultimodalPreprocessorStub(channel)
             for dtype in ("uint8", "float32"):
-                shm = payload_options(dtype, "shm")
-                out[f"shm_{dtype}_p50_ms"] = _timed_flows(
-                    lambda: c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm", options=shm), repeat, read)
-                out[f"shm_{dtype}_over_inprocess"] = out[f"shm_{dtype}_p50_ms"] / inproc[dtype]
-                inline = payload_options(dtype, "inline")
-                out[f"inline_{dtype}_p50_ms"] = _timed_flows(
-                    lambda: c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm", options=inline), repeat)
-                out[f"inline_{dtype}_bytes"] = c.preprocess(SERVER_MODEL, [next(fresh)], backend="vllm",
-                                                            options=inline).ByteSize()
+                for transport in ("shm", "inline"):
+                    req = pb.PreprocessRequest(model=SERVER_MODEL, images=[pb.MediaItem(data=photo)],
+                                               backend=pb.BACKEND_VLLM, payload_options=payload_options(dtype, transport))
+                    server_ms: list[float] = []
+
+                    def call():
+                        req.images[0].data = next(fresh)
+                        resp = stub.Preprocess(req, timeout=60)
+                        server_ms.append(resp.timings.total_ms)
+                        return resp
+
+                    def read(resp) -> None:  # what the worker does: read the segment, which removes it
+                        td = resp.payload.vllm.pixel_values
+                        if td.WhichOneof("payload") == "shm":
+                            mm_shm.tensor_payload_bytes(td)
+
+                    key = f"{transport}_{dtype}"
+                    out[f"{key}_p50_ms"] = _timed_flows(call, repeat, read)
+                    out[f"{key}_server_p50_ms"] = statistics.median(server_ms[1:])
+                    out[f"{key}_over_inprocess"] = out[f"{key}_p50_ms"] / inproc[dtype]
+                    out[f"{key}_bytes"] = call().ByteSize()
     finally:
         srv.proc.terminate()
         srv.proc.wait(30)
     for dtype in ("uint8", "float32"):
-        print(f"server one-shot vLLM over SHM, {dtype:<7}: p50 {out[f'shm_{dtype}_p50_ms']:7.2f} ms "
-              f"({out[f'shm_{dtype}_over_inprocess']:.2f}x in-process {inproc[dtype]:.2f}); inline "
-              f"{out[f'inline_{dtype}_p50_ms']:7.2f} ms, {out[f'inline_{dtype}_bytes'] / 1e6:.1f} MB")
+        for transport in ("shm", "inline"):
+            key = f"{transport}_{dtype}"
+            print(f"server one-shot vLLM, {transport:<6} {dtype:<7}: p50 {out[f'{key}_p50_ms']:7.2f} ms "
+                  f"({out[f'{key}_over_inprocess']:.2f}x in-process {inproc[dtype]:.2f}; the server's own "
+                  f"{out[f'{key}_server_p50_ms']:.2f}), response {out[f'{key}_bytes'] / 1e6:.2f} MB")
     return out
 
 
