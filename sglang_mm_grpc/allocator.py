@@ -6,8 +6,9 @@ cannot hold more than 64 MB. So each request's output tensor (50 MB for a 1920x1
 Qwen2-VL image) and each payload buffer arrives as untouched pages that the kernel must
 fault in and zero: 5-14 ms per 50 MB here, where reusing freed memory costs ~1.5 ms.
 With one arena, no mmap below 1 GiB and no trimming below 1 GiB of free heap, freed
-tensors are reused by the next request. The process then keeps its high-water mark of
-heap, which the server's bounds (in-flight calls, handle store, cache) already limit.
+tensors are reused by the next request. While calls come, the process keeps its high-water mark of heap, which the server's
+bounds (in-flight calls, handle store, cache) already limit; once they stop, the server
+gives the free part back (``trim``, after ``IDLE_TRIM_S`` without a call).
 
 Memory that must be new (a tensor the cache keeps) is still faulted in. numpy asks for
 transparent huge pages on large arrays; on virtual machines whose host backs guest
@@ -23,6 +24,8 @@ import logging
 
 log = logging.getLogger(__name__)
 
+#: Seconds without a call in flight after which the server gives freed heap back.
+IDLE_TRIM_S = 2.0
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
@@ -45,6 +48,16 @@ def tune_for_large_tensors() -> bool:
     ))
     log.debug("glibc %s malloc tuned for large tensors: %s", version().decode(), ok)
     return ok
+
+
+def trim() -> bool:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim(0)``: every free
+    page, not only the heap's top); False where there is no such call."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def _no_huge_page_advice() -> None:

@@ -68,7 +68,11 @@ SERVER_OPTIONS = (
      "Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED at once "
      "(default: {default})"),
     ("--metrics-port", int, "PORT", "metrics_port",
-     "serve Prometheus text on http://HOST:PORT/metrics (default: off; 0: off)"),
+     "serve Prometheus text on http://METRICS_HOST:PORT/metrics (default: off; 0: off); with "
+     "--auth-token-* a scrape needs the token, with --tls-* it is HTTPS with the same certificate"),
+    ("--metrics-host", str, "HOST", "metrics_host",
+     "address the metrics endpoint listens on, whatever --host is (default {default}: this machine only; "
+     "the counters reveal traffic and model names)"),
 )
 FETCH_OPTIONS = (
     ("--request-byte-budget", byte_size, "SIZE", "request_byte_budget",
@@ -89,6 +93,9 @@ REQUEST_OPTIONS = (
     ("--max-image-tokens", positive_int, "N", "max_image_tokens",
      "most tokens one image may expand into, per model (a request may ask for fewer); checked from the "
      "header, before decoding (default {default})"),
+    ("--max-input-ids", positive_int, "N", "max_input_ids",
+     "token ids per request, as sent and as expanded, checked from the length alone (default {default}; "
+     "above the longest context a preset's model serves)"),
 )
 # ServerConfig fields of the video limits (docs/VIDEO.md), each named in its error.
 VIDEO_OPTIONS = (
@@ -244,6 +251,12 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
         "--no-client-media-ids", dest="no_client_media_ids", action="store_true",
         help="refuse client-chosen media ids (bind_id, and media_id other than a blake3 hash); hashes still work "
         "(default: client ids are on, each bound for the caller that bound it: docs/REQUESTS.md)",
+    )
+    p.add_argument(
+        "--shared-media-store", dest="shared_media_store", action="store_true",
+        help="media ids by hash and preprocessing-cache hits (ImageInfo.cached) for every caller, as for one "
+        "tenant with many routers (default: only for the caller that sent the bytes, so no caller can tell "
+        "which images another sent: docs/REQUESTS.md)",
     )
     _add_process_settings(p)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -449,6 +462,7 @@ def run_serve(args) -> int:
     config = ServerConfig(models=list(args.models), fetch_policy=policy, tune_malloc=not args.malloc_defaults,
                           amx=not args.no_amx, **_given(
         processor=args.processor, client_media_ids=False if getattr(args, "no_client_media_ids", False) else None,
+        shared_media_store=True if getattr(args, "shared_media_store", False) else None,
         **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
     ))
     problem = _deploy_problem(config)

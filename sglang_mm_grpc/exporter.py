@@ -3,17 +3,36 @@
 The collector takes one snapshot per scrape, on the HTTP server's own thread, so
 requests never touch prometheus_client. Latencies are exported in seconds, as
 Prometheus expects.
+
+The endpoint is guarded as the gRPC port is: with bearer tokens, a scrape must send
+``Authorization: Bearer <token>`` (compared with every token, ``gate.token_accepted``;
+401 otherwise, before anything is rendered); with TLS it speaks TLS with the same
+certificate and key (and requires a client certificate from the client CA under mTLS).
+Each connection's handshake and request run on their own thread with a timeout, so a
+client that stalls holds up no one else.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
+import ssl
+import threading
 from typing import Callable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
+from .gate import bearer_token, token_accepted
 from .metrics import BUCKETS_MS, Snapshot
+
+log = logging.getLogger(__name__)
+
+#: Seconds a scrape connection may take for its TLS handshake and for each read or write.
+CONNECTION_TIMEOUT_S = 10.0
 
 PREFIX = "sglang_mm_"
 
@@ -61,18 +80,81 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 
 class MetricsEndpoint:
-    """``GET /metrics`` (any path) on ``host:port``; ``close`` stops it."""
+    """``GET /metrics`` (any path) on ``host:port``; ``close`` stops it. ``tokens``: the
+    bearer tokens a scrape must send one of (None: none needed); ``tls_cert`` / ``tls_key``:
+    serve HTTPS, and with ``tls_client_ca`` require a client certificate it signed."""
 
-    def __init__(self, host: str, port: int, snapshot: Callable[[], Snapshot]):
+    def __init__(self, host: str, port: int, snapshot: Callable[[], Snapshot], *, tokens=None,
+                 tls_cert: str | None = None, tls_key: str | None = None, tls_client_ca: str | None = None):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(snapshot))
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        app = make_wsgi_app(self.registry)
+        if tokens is not None:
+            app = _require_token(app, list(tokens))
+        context = _tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert or tls_key else None
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, address = infos[0][0], infos[0][4][0]
+
+        class _Server(_QuietServer):
+            address_family = family
+
+        self._httpd = make_server(address, port, app, _Server, handler_class=_Handler)
+        if context is not None:  # the handshake runs on the connection's thread (_Handler.setup)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True,
+                                                     do_handshake_on_connect=False)
+        self.tls = context is not None
         self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="mm-metrics", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+
+
+class _QuietServer(ThreadingWSGIServer):
+    def handle_error(self, request, client_address):  # a failed handshake, a client gone: no traceback
+        log.debug("metrics connection from %s failed", client_address, exc_info=True)
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT_S
+
+    def setup(self):
+        self.request.settimeout(self.timeout)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        """Log nothing per scrape."""
+
+
+def _require_token(app, tokens: list[bytes]):
+    """``app`` behind ``Authorization: Bearer <token>``: 401 (nothing rendered) without one
+    of ``tokens``."""
+
+    def guarded(environ, start_response):
+        if not token_accepted(bearer_token(environ.get("HTTP_AUTHORIZATION", "")), tokens):
+            start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                                ("WWW-Authenticate", 'Bearer realm="metrics"')])
+            return [b"missing or invalid bearer token: send 'Authorization: Bearer <token>'\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
+def _tls_context(cert: str | None, key: str | None, client_ca: str | None) -> ssl.SSLContext:
+    """The gRPC port's TLS for HTTPS: its certificate chain and key; with ``client_ca``,
+    a client certificate it signed is required (mTLS)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile=cert, keyfile=key)
+    if client_ca:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _fetch_metrics(f: dict):

@@ -4,15 +4,20 @@ One server interceptor (``Gate``):
 
 * **token**: with tokens configured, a call must carry ``authorization: Bearer <token>``
   matching one of them (compared with ``hmac.compare_digest``, every token, so the time
-  taken says nothing about which matched); otherwise UNAUTHENTICATED. The health service
-  needs no token, so probes and load balancers can always ask.
+  taken says nothing about which matched); otherwise UNAUTHENTICATED. That holds for a
+  method the server does not have too: only an authenticated caller learns UNIMPLEMENTED.
+  Health ``Check`` and ``Watch`` need no token, so probes and load balancers can always
+  ask; without one they answer the server's overall status whatever service is named
+  (known and unknown names alike: no NOT_FOUND / SERVICE_UNKNOWN to tell real services
+  from made-up ones) and carry no owner tag. Other health methods (``List``) need the token.
 * **closing**: once the drain delay is over (``Server.stop``), every new call except
-  health gets UNAVAILABLE ("shutting down; send it to another replica"), answered by the
+  health ``Check`` / ``Watch`` gets UNAVAILABLE ("shutting down; send it to another replica"), answered by the
   server itself rather than by a closed port or a cancelled stream (only a call that
   arrives in the instant the port closes is cancelled, by gRPC core: grpc/grpc#41785).
 * **owner**: every unary response carries trailing metadata ``sglang-mm-owner`` with the
   answering process's owner id (``owners.py``); the multi-target client learns from it
-  which target owns which handles.
+  which target owns which handles (it sends its token on health checks too). With tokens
+  configured, only authenticated callers get it (a health reply without a token does not).
 * it counts the unary calls it let through that have not finished (response sent), so
   the drain knows when the last one is done.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import os
 from pathlib import Path
 
@@ -32,6 +38,8 @@ import grpc
 from .owners import METADATA_KEY
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
+#: The health methods anyone may call (probes, load balancers), token or not.
+OPEN_HEALTH = frozenset({HEALTH_PREFIX + "Check", HEALTH_PREFIX + "Watch"})
 AUTHORIZATION = "authorization"
 
 
@@ -45,10 +53,12 @@ class Gate(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
-        if handler is None:
-            return None
-        if details.method.startswith(HEALTH_PREFIX):
-            return self._tagged(handler, count=False)
+        if details.method in OPEN_HEALTH and handler is not None:
+            if self.tokens is None or self._authorized(details.invocation_metadata):
+                return self._tagged(handler, count=False)
+            return _anonymous_health(handler)
+        # From here a method the server lacks (handler None) is refused like any other, so
+        # an unauthenticated caller cannot tell which methods exist.
         if self.closing:
             return _refusal(handler, grpc.StatusCode.UNAVAILABLE,
                             "the server is shutting down (draining); send this call to another replica")
@@ -56,21 +66,17 @@ class Gate(grpc.aio.ServerInterceptor):
             self.refused_unauthenticated += 1
             return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
                             "missing or invalid bearer token: send metadata 'authorization: Bearer <token>'")
+        if handler is None:
+            return None  # UNIMPLEMENTED, told only to an authenticated caller
         return self._tagged(handler, count=True)
 
     def _authorized(self, metadata) -> bool:
         presented = b""
         for key, value in metadata or ():
             if key == AUTHORIZATION:
-                text = value.decode("latin-1") if isinstance(value, bytes) else value
-                scheme, _, token = text.strip().partition(" ")
-                if scheme.lower() == "bearer":
-                    presented = token.strip().encode("utf-8", "replace")
+                presented = bearer_token(value)
                 break
-        ok = False
-        for token in self.tokens:  # all of them, whatever matched
-            ok |= hmac.compare_digest(presented, token)
-        return ok and bool(presented)
+        return token_accepted(presented, self.tokens)
 
     def _tagged(self, handler, *, count: bool):
         if handler.unary_unary is None or not (self.owner_metadata or count):
@@ -92,6 +98,57 @@ class Gate(grpc.aio.ServerInterceptor):
 
     def _finished(self, _context) -> None:
         self.active -= 1
+
+
+def bearer_token(value) -> bytes:
+    """The token of an ``authorization`` value ``Bearer <token>`` (the scheme in any case);
+    b"" for another scheme or none."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    scheme, _, token = text.strip().partition(" ")
+    return token.strip().encode("utf-8", "replace") if scheme.lower() == "bearer" else b""
+
+
+def token_accepted(presented: bytes, tokens) -> bool:
+    """Whether ``presented`` is one of ``tokens``, compared with ``hmac.compare_digest``
+    against every one of them, whatever matched (the time taken tells nothing)."""
+    ok = False
+    for token in tokens:
+        ok |= hmac.compare_digest(presented, token)
+    return ok and bool(presented)
+
+
+def _anonymous_health(handler):
+    """Health ``Check`` / ``Watch`` for a caller without a valid token: the server's
+    overall status (service "") whatever service the request names, and no owner tag."""
+
+    def overall(request):
+        return type(request)() if request.service else request
+
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def check(request, context):
+            return await inner(overall(request), context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            check, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        inner = handler.unary_stream
+        if inspect.isasyncgenfunction(inner):
+            async def watch(request, context):
+                async for response in inner(overall(request), context):
+                    yield response
+        else:
+            async def watch(request, context):
+                return await inner(overall(request), context)
+
+        return grpc.unary_stream_rpc_method_handler(
+            watch, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
 
 
 def caller_identity(context, tokens: bool) -> str:
@@ -116,12 +173,14 @@ def caller_identity(context, tokens: bool) -> str:
 
 
 def _refusal(handler, code: grpc.StatusCode, message: str):
-    """A handler of the same kind as ``handler`` that answers ``code`` at once."""
+    """A handler of the same kind as ``handler`` that answers ``code`` at once (for a
+    method the server lacks, ``handler`` None: a streaming one, which reads nothing and
+    so answers a call of any kind)."""
 
     async def refuse(_request, context):
         await context.abort(code, message)
 
-    if handler.request_streaming and handler.response_streaming:
+    if handler is None or (handler.request_streaming and handler.response_streaming):
         return grpc.stream_stream_rpc_method_handler(refuse)
     if handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(refuse)

@@ -4,8 +4,11 @@ can name an image by id instead of sending it again (``MediaItem.media_id``).
 Two kinds of id:
 
 * **a hash**: the lowercase hex blake3 of the bytes (64 hex digits; upper case is read
-  as lower). A content address: finding bytes for a hash needs their preimage, so only
-  a caller that has had the bytes can name them. Usable by every caller.
+  as lower). A content address: finding bytes for a hash needs their preimage. By
+  default a hash names bytes only for the callers that sent them (``scope`` below), so
+  whether an id is held tells a caller nothing about another's images; a store made
+  ``shared`` (one tenant, many routers: ``serve --shared-media-store``) answers every
+  caller.
 * **a client id**: any other name (1-128 printable ASCII characters, no spaces), bound to
   a hash by a request that sends the bytes with ``bind_id``. Bindings are kept per
   caller identity (``scope``: the bearer token's hash, the client certificate's, or the
@@ -32,6 +35,8 @@ HASH_ID = re.compile(r"[0-9a-fA-F]{64}")
 CLIENT_ID = re.compile(r"[\x21-\x7e]{1,128}")
 #: Client ids bound at once, over all callers (the least recently used goes first).
 DEFAULT_MAX_BINDINGS = 1 << 16
+#: Callers an image is kept for at once (the least recently sending goes first).
+MAX_HOLDERS = 256
 #: Trailing metadata of a NOT_FOUND for media ids: the missing images' indexes, "0,2".
 MISSING_METADATA_KEY = "sglang-mm-missing-media"
 #: The same for the missing videos' indexes.
@@ -99,11 +104,16 @@ def _short(media_id: str) -> str:
 
 
 class MediaStore:
-    def __init__(self, max_bytes: int, *, client_ids: bool = True, max_bindings: int = DEFAULT_MAX_BINDINGS):
+    def __init__(self, max_bytes: int, *, client_ids: bool = True, max_bindings: int = DEFAULT_MAX_BINDINGS,
+                 shared: bool = False):
         """``max_bytes`` 0: nothing is kept (every id misses). ``client_ids`` False: only
-        hashes name images (``bind_id`` and client ids are refused by the servicer)."""
+        hashes name images (``bind_id`` and client ids are refused by the servicer).
+        ``shared``: a hash names its bytes for every caller, not only for those that sent
+        them."""
         self.max_bytes = int(max_bytes)
         self.client_ids = client_ids
+        self.shared = shared
+        self._holders: dict[str, OrderedDict[str, None]] = {}  # hash -> the scopes that sent it
         self.max_bindings = int(max_bindings)
         self._lock = threading.Lock()
         self._items: OrderedDict[str, bytes] = OrderedDict()  # hash -> bytes, oldest use first
@@ -116,10 +126,13 @@ class MediaStore:
     def enabled(self) -> bool:
         return self.max_bytes > 0
 
-    def get(self, digest: str) -> bytes | None:
-        """The bytes whose blake3 is ``digest`` (lowercase hex), refreshed; None if not held."""
+    def get(self, digest: str, scope: str = "") -> bytes | None:
+        """The bytes whose blake3 is ``digest`` (lowercase hex), refreshed; None if not held,
+        or held for other callers only (unless the store is shared)."""
         with self._lock:
             data = self._items.get(digest)
+            if data is not None and not self.shared and scope not in self._holders.get(digest, ()):
+                data = None
             if data is None:
                 self._misses += 1
                 return None
@@ -135,17 +148,23 @@ class MediaStore:
                 self._bindings.move_to_end((scope, client_id))
             return digest
 
-    def put(self, digest: str, data: bytes) -> None:
-        """Keep ``data`` under its hash (a bytes object: kept, not copied)."""
+    def put(self, digest: str, data: bytes, scope: str = "") -> None:
+        """Keep ``data`` under its hash (a bytes object: kept, not copied) for ``scope``."""
         n = len(data)
         if n == 0 or n > self.max_bytes:
             return
         with self._lock:
+            holders = self._holders.setdefault(digest, OrderedDict())
+            holders[scope] = None
+            holders.move_to_end(scope)
+            while len(holders) > MAX_HOLDERS:
+                holders.popitem(last=False)
             if digest in self._items:
                 self._items.move_to_end(digest)
                 return
             while self._items and self._bytes + n > self.max_bytes:
-                _, old = self._items.popitem(last=False)
+                old_digest, old = self._items.popitem(last=False)
+                self._holders.pop(old_digest, None)
                 self._bytes -= len(old)
                 self._evictions += 1
             self._items[digest] = data if isinstance(data, bytes) else bytes(data)

@@ -33,17 +33,20 @@ _CLIP = 128  # characters of a client-given string (request id, model) in the lo
 
 
 class WorkCounters:
-    """Per-image steps run or skipped by cancellation (updated from worker threads)."""
+    """Per-image steps run or skipped by cancellation, and images decoded (updated from
+    worker threads)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.run = 0
         self.skipped = 0
+        self.decoded = 0
 
-    def add(self, *, run: int = 0, skipped: int = 0) -> None:
+    def add(self, *, run: int = 0, skipped: int = 0, decoded: int = 0) -> None:
         with self._lock:
             self.run += run
             self.skipped += skipped
+            self.decoded += decoded
 
 
 @dataclass
@@ -119,6 +122,7 @@ class Snapshot:
     work_busy: int = 0
     image_steps: int = 0
     image_steps_skipped: int = 0
+    images_decoded: int = 0
     video: VideoCounts = field(default_factory=VideoCounts)
 
 

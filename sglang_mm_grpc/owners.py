@@ -62,6 +62,9 @@ def owner_of(handle: str) -> Owner | None:
 
 
 def short(handle: str) -> str:
-    """What messages show of a handle: its first 8 characters and its owner."""
+    """What messages show of a handle: its first 8 characters and its owner (at most 80
+    characters of it: a handle is the caller's text, of any length)."""
     token, at, owner = handle.rpartition(SEP)
+    if len(owner) > 80:
+        owner = owner[:80] + "…"
     return f"{token[:8]}…{SEP}{owner}" if at else f"{handle[:8]}…"

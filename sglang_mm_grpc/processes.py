@@ -22,6 +22,15 @@ The supervisor (this module, the process ``serve`` started):
 Processes are spawned (never forked: grpc does not survive a fork), die with the
 supervisor (``PR_SET_PDEATHSIG``), and reach each other over Unix sockets in a private
 directory (``siblings.py``), which is where Assemble/Release for a sibling's handle go.
+
+Nothing is left in the temporary directory when the supervisor is killed: the socket
+directory holds a liveness record (``supervisor``: its pid and process start time, as
+``shm.liveness_record``), on which the supervisor and every process hold a shared
+``flock``. A process that finds, as it exits, that the supervisor is gone drops its lock
+and tries for an exclusive one: the last one out gets it and removes the directory. A
+start of ``serve --processes`` removes the directories whose record's lock can be taken
+and whose supervisor no longer runs (everyone killed at once); directories without a
+record (older versions) are left.
 """
 
 from __future__ import annotations
@@ -29,19 +38,26 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import dataclasses
+import fcntl
 import logging
 import multiprocessing as mp
 import os
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from multiprocessing.connection import wait as wait_any
 
+from .shm import abandoned, liveness_record, lock, process_lives, read_record, write_record
+
 log = logging.getLogger(__name__)
 
 _RESTART_BACKOFF_S = (0.5, 1, 2, 5, 10)
+_DIR_PREFIX = "sglang-mm-grpc-"
+_RECORD = "supervisor"  # the liveness record in the socket directory
+_LAST_OUT_WAIT_S = 5.0
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[p{index}]: %(message)s"
 
 
@@ -96,6 +112,92 @@ def reserve_port(host: str, port: int) -> tuple[int, list[socket.socket]]:
     return port, held
 
 
+# -- the socket directory ---------------------------------------------------------------
+
+
+def make_directory() -> tuple[str, int]:
+    """The sibling sockets' directory (0700: only this user) with the supervisor's liveness
+    record in it, held (a shared lock) through the returned descriptor."""
+    directory = tempfile.mkdtemp(prefix=_DIR_PREFIX)
+    fd = os.open(os.path.join(directory, _RECORD), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    for _ in range(200):  # a sweeper may look at the empty record for a moment
+        if lock(fd, exclusive=False) is not False:
+            break
+        time.sleep(0.01)
+    write_record(fd, liveness_record(directory=directory))
+    return directory, fd
+
+
+def remove_stale_directories(root: str | None = None) -> int:
+    """Remove the socket directories (of this user) whose supervisor and processes are all
+    gone: the record's lock can be taken and its supervisor does not run. Returns how many."""
+    root = root or tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_DIR_PREFIX)]
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(dfd).st_uid != os.geteuid():
+                continue
+            fd = os.open(_RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
+        except OSError:  # no record: an older version's directory, or one being made
+            continue
+        finally:
+            os.close(dfd)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode) and abandoned(fd) is not None:
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d socket directories of killed serve --processes in %s", removed, root)
+    return removed
+
+
+def _join_directory(directory: str) -> int:
+    """A process's shared lock on the supervisor's record (-1 when it cannot have one)."""
+    try:
+        fd = os.open(os.path.join(directory, _RECORD), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    if lock(fd, exclusive=False) is False:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _leave_directory(directory: str, fd: int, supervisor_pid: int) -> None:
+    """A process exits: when the supervisor is gone, the last one out removes the directory.
+    The supervisor's death signal comes when its main thread exits: its other threads may
+    still run a moment (this process's parent is then one of them, the same pid, and the
+    supervisor's lock is held until the last has gone), and a sibling may be leaving at
+    the same time; so it looks for a while (and at least one of them finds the lock free)."""
+    if fd < 0:
+        return
+    try:
+        record = read_record(fd) or {}
+        if os.getppid() == supervisor_pid and process_lives(record) is not False:
+            return  # the supervisor lives and removes it when it stops
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        end = time.monotonic() + _LAST_OUT_WAIT_S
+        while abandoned(fd) is None:  # someone still holds it
+            if time.monotonic() >= end:
+                return  # a sibling still serving: it is the last one out
+            time.sleep(0.05)
+        shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
 # -- one process ------------------------------------------------------------------------
 
 
@@ -106,9 +208,28 @@ def _die_with_parent() -> None:
         pass
 
 
-def _child(config, index: int, conn, log_level: int) -> None:
+def _exit_on_term(signum, _frame) -> None:
+    raise SystemExit(0)
+
+
+def _child(config, index: int, conn, log_level: int, supervisor_pid: int) -> None:
     """Entry point of process ``index`` (spawned)."""
     _die_with_parent()
+    if os.getppid() != supervisor_pid:  # it died before this process asked to die with it
+        raise SystemExit(1)
+    # until serve() takes SIGTERM over (it drains), it ends this process through the cleanup below
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    held = _join_directory(config.sibling_dir)
+    try:
+        _serve_child(config, index, conn, log_level)
+    finally:
+        # Leaving: a second death signal (one per supervisor thread that exits) must not cut
+        # the cleanup short, now that serve() has handed SIGTERM back to its default.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _leave_directory(config.sibling_dir, held, supervisor_pid)
+
+
+def _serve_child(config, index: int, conn, log_level: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor forwards a Ctrl-C as SIGTERM
     logging.basicConfig(level=log_level, format=_LOG_FORMAT.format(index=index))
     from .allocator import tune_for_large_tensors
@@ -170,7 +291,8 @@ class Supervisor:
     def _start(self, index: int) -> _Proc:
         parent, child = self.ctx.Pipe()
         process = self.ctx.Process(
-            target=_child, args=(self._config_for(index, self.port, self.directory), index, child, self.log_level),
+            target=_child,
+            args=(self._config_for(index, self.port, self.directory), index, child, self.log_level, os.getpid()),
             name=f"sglang-mm-grpc-p{index}", daemon=False,
         )
         process.start()
@@ -211,7 +333,8 @@ class Supervisor:
     def run(self) -> int:
         cfg = self.config
         self.port, self._reserved = reserve_port(cfg.host, cfg.port)
-        self.directory = tempfile.mkdtemp(prefix="sglang-mm-grpc-")  # 0700: only this user
+        remove_stale_directories()
+        self.directory, record = make_directory()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._signal)
         log.info("serving %s:%d with %d processes (process 0 first: it compiles what the kernel cache lacks)",
@@ -233,6 +356,7 @@ class Supervisor:
             for s in self._reserved:
                 s.close()
             shutil.rmtree(self.directory, ignore_errors=True)
+            os.close(record)
 
     def _supervise(self) -> int:
         while not self.stopping:

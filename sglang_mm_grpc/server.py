@@ -6,11 +6,12 @@ SERVING. CPU work runs on a thread pool sized to the cores (the kernels release 
 GIL). SIGTERM/SIGINT: health NOT_SERVING at once, keep serving for ``drain_delay_s``
 (routers and Kubernetes see NOT_SERVING and move away), then refuse new RPCs with
 UNAVAILABLE (``gate.py``), let in-flight ones finish within the grace period, exit 0.
-Counters are served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP.
-With TLS files the port speaks TLS (mTLS with a client CA); with tokens every call but
-health needs ``authorization: Bearer <token>``. One process of ``serve --processes N``
-(``processes.py``) shares the port (SO_REUSEPORT), binds it only once warm, and reaches
-its siblings over Unix sockets (``siblings.py``).
+Counters are served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP
+on ``metrics_host`` (loopback unless asked), guarded as the gRPC port is (the same tokens,
+TLS files and client CA). With TLS files the port speaks TLS (mTLS with a client CA); with
+tokens every call but health needs ``authorization: Bearer <token>`` (``gate.py``). One
+process of ``serve --processes N`` (``processes.py``) shares the port (SO_REUSEPORT),
+binds it only once warm, and reaches its siblings over Unix sockets (``siblings.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from grpc_reflection.v1alpha import reflection
 
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .admission import default_max_in_flight
-from .allocator import tune_for_large_tensors
+from . import request_bounds
+from .allocator import IDLE_TRIM_S, trim, tune_for_large_tensors
 from .kernels import amx
 from .config import preset_names
 from .cache import PreprocessCache
-from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, Preprocessor
+from .driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, DEFAULT_MAX_INPUT_IDS, Preprocessor
 from .media.video import VideoLimits
 from .video_driver import DEFAULT_MAX_VIDEO_TOKENS, DEFAULT_MAX_VIDEOS
 from .media import FetchPolicy, MediaFetcher, enable_in_place_decode
@@ -92,6 +94,8 @@ class ServerConfig:
     # Tokens one image may expand into, per model (a request may ask for fewer); checked
     # from the image header, before decoding.
     max_image_tokens: int = DEFAULT_MAX_IMAGE_TOKENS
+    # Token ids per request, as sent and as expanded (checked from the length alone).
+    max_input_ids: int = DEFAULT_MAX_INPUT_IDS
     # Videos in one request, and tokens one video may expand into (a request may ask for
     # fewer), for the models that take video (docs/VIDEO.md).
     max_videos: int = DEFAULT_MAX_VIDEOS
@@ -113,11 +117,17 @@ class ServerConfig:
     # Client-chosen media ids (MediaItem.bind_id, and media_id other than a hash), bound per
     # caller identity; False: only hashes name images.
     client_media_ids: bool = True
+    # Media ids by hash, and the preprocessing cache's hits (ImageInfo.cached), for every
+    # caller rather than only for the caller that sent the bytes: one tenant, many routers.
+    shared_media_store: bool = False
     # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
     # 0: admission.default_max_in_flight(workers).
     max_in_flight: int = 0
-    # Prometheus text over HTTP on host:metrics_port (0: off).
+    # Prometheus text over HTTP on metrics_host:metrics_port (0: off). Its own address,
+    # loopback whatever host is: the counters name models and reveal traffic. With tokens
+    # a scrape needs one; with TLS it is HTTPS with the same certificate (and client CA).
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     # glibc malloc keeps freed tensors for the next request (see allocator.py).
     tune_malloc: bool = True
     # Ask Linux for AMX tiles, which the resize kernels use where the CPU has them (see kernels/amx.py).
@@ -175,13 +185,16 @@ class Server:
         self.port: int | None = None
         self.preprocessors: dict[str, Preprocessor] = {}
         self.cache = PreprocessCache(config.cache_bytes) if config.cache_bytes > 0 else None
-        self.media = MediaStore(config.media_store_bytes, client_ids=config.client_media_ids)
+        self.media = MediaStore(config.media_store_bytes, client_ids=config.client_media_ids,
+                                shared=config.shared_media_store)
         self.metrics = Metrics()
         self.max_in_flight = config.max_in_flight or default_max_in_flight(self.workers)
         self.metrics_endpoint = None  # exporter.MetricsEndpoint when metrics_port is set
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
+        self._trimmer: asyncio.Task | None = None
+        self.trims = 0  # times freed heap was given back (idle after calls)
         self.gate = Gate(tokens=config.auth_tokens)
         self.siblings = (
             Siblings(config.process_index, config.processes, config.sibling_dir, config.max_send_bytes)
@@ -221,7 +234,7 @@ class Server:
                 ("grpc.so_reuseport", 1 if cfg.processes > 1 else 0),
             ],
         )
-        _add_servicer(self.servicer, server)
+        _add_servicer(self.servicer, server, cfg.max_input_ids)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             [SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], server
@@ -235,15 +248,9 @@ class Server:
         if not self._deferred:
             await self._listen()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._trimmer = asyncio.get_running_loop().create_task(self._trim_when_idle())
         if cfg.metrics_port:
-            from .exporter import MetricsEndpoint
-
-            metrics_port = cfg.metrics_port + cfg.process_index  # one per process of serve --processes
-            try:
-                self.metrics_endpoint = MetricsEndpoint(cfg.host, metrics_port, self.servicer.snapshot)
-            except OSError as e:
-                raise OSError(f"cannot serve metrics on {cfg.host}:{metrics_port}: {e}") from None
-            log.info("metrics on http://%s:%d/metrics", cfg.host, self.metrics_endpoint.port)
+            self._start_metrics()
         log.info(
             "%s %s:%s%s (%d workers, at most %d requests in flight); loading models",
             "will listen on" if self._deferred else "listening on", cfg.host,
@@ -251,6 +258,24 @@ class Server:
             self.workers, self.max_in_flight,
         )
         return self.port
+
+    def _start_metrics(self) -> None:
+        """Prometheus text on metrics_host (not host), guarded as the gRPC port is: the same
+        tokens, and HTTPS with its certificate, key and client CA."""
+        from .exporter import MetricsEndpoint
+
+        cfg = self.config
+        metrics_port = cfg.metrics_port + cfg.process_index  # one per process of serve --processes
+        try:
+            self.metrics_endpoint = MetricsEndpoint(
+                cfg.metrics_host, metrics_port, self.servicer.snapshot, tokens=cfg.auth_tokens,
+                tls_cert=cfg.tls_cert, tls_key=cfg.tls_key, tls_client_ca=cfg.tls_client_ca,
+            )
+        except (OSError, ValueError) as e:
+            raise OSError(f"cannot serve metrics on {cfg.metrics_host}:{metrics_port}: {e}") from None
+        log.info("metrics on %s://%s:%d/metrics%s", "https" if self.metrics_endpoint.tls else "http",
+                 cfg.metrics_host, self.metrics_endpoint.port,
+                 " (bearer token required)" if cfg.auth_tokens is not None else "")
 
     async def _listen(self) -> None:
         """Bind the port (and a sibling's Unix socket), start answering, name the owner."""
@@ -354,6 +379,7 @@ class Server:
             max_images=self.config.max_images,
             max_image_pixels=self.config.max_image_pixels,
             max_image_tokens=self.config.max_image_tokens,
+            max_input_ids=self.config.max_input_ids,
             max_videos=self.config.max_videos,
             max_video_tokens=self.config.max_video_tokens,
             video_limits=video_limits(self.config),
@@ -377,6 +403,8 @@ class Server:
         self.gate.closing = True  # from here new calls get UNAVAILABLE, never a closed port
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._trimmer is not None:
+            self._trimmer.cancel()
         if self._reaper is not None:
             self._reaper.cancel()
         if self._server is not None:
@@ -399,6 +427,23 @@ class Server:
             await self.siblings.close()
         if self.transport.arena is not None:
             self.transport.arena.close()  # every segment still here goes, read or not
+
+    async def _trim_when_idle(self) -> None:
+        """Give the freed heap back once no call has been in flight for ``IDLE_TRIM_S`` after
+        some were: the tuned malloc keeps freed tensors for reuse while calls come (fast
+        repeats), and would otherwise hold a burst's high-water mark for good."""
+        loop = asyncio.get_running_loop()
+        idle_since, dirty = loop.time(), False
+        while True:
+            await asyncio.sleep(IDLE_TRIM_S / 4)
+            if self.servicer is None:
+                continue
+            if self.servicer.admission.in_flight or self.servicer.busy:
+                idle_since, dirty = loop.time(), True
+            elif dirty and loop.time() - idle_since >= IDLE_TRIM_S:
+                dirty = False
+                await loop.run_in_executor(None, trim)  # tens of ms for GBs, off the event loop
+                self.trims += 1
 
     async def _sweep(self) -> None:
         period = max(1.0, min(30.0, self.config.handle_ttl_s / 2))
@@ -479,15 +524,17 @@ def run(config: ServerConfig) -> int:
     return asyncio.run(serve(config))
 
 
-def _add_servicer(servicer: PreprocessorServicer, server) -> None:
+def _add_servicer(servicer: PreprocessorServicer, server, max_input_ids: int) -> None:
     """Register the service as the generated code does, except that a handler may return
-    bytes it serialized itself (large payloads, see ``wire``)."""
+    bytes it serialized itself (large payloads, see ``wire``), and that a PreprocessRequest's
+    token ids are counted before they are parsed (``request_bounds``)."""
     handlers = {}
+    bounded = request_bounds.deserializer(max_input_ids)
     for method in pb.DESCRIPTOR.services_by_name["MultimodalPreprocessor"].methods:
         request_class = getattr(pb, method.input_type.name)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name),
-            request_deserializer=request_class.FromString,
+            request_deserializer=bounded if request_class is pb.PreprocessRequest else request_class.FromString,
             response_serializer=serialize_response,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

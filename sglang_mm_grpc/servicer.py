@@ -24,8 +24,8 @@ from typing import Awaitable, Callable, Mapping, Sequence
 import grpc
 
 from . import assemble as asm
-from . import calls, owners
-from . import tensors
+from . import callers, calls, owners, request_bounds
+from . import tensors, wire
 from .admission import Admission, Busy, Ticket
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -60,6 +60,7 @@ class Kept:
     segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
     video_field_layout: object = None  # the family's layout of the video tensors (with videos)
     image_defaults: ImageOptions | None = None  # an image's effective options when it asks none
+    caller: str = ""  # who made it (``callers.identity``): nobody else may use its handle
 
     def all_segments(self) -> list:
         return [*self.staged.values(), *self.segments]
@@ -128,6 +129,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         self.media = media if media is not None else MediaStore(0)
         self._caller = caller or (lambda context: "peer:" + (context.peer() or ""))
 
+    @property
+    def busy(self) -> int:
+        """Pool tasks submitted and not finished (a cancelled call's included)."""
+        return self._busy
+
     def set_models(self, models: Mapping[str, Preprocessor]) -> None:
         """Install the loaded models; until then every RPC answers UNAVAILABLE."""
         self.models = dict(models)
@@ -135,13 +141,15 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
     # -- RPCs ----------------------------------------------------------------------------
 
     async def Preprocess(self, request: pb.PreprocessRequest, context) -> pb.PreprocessResponse:
+        request, refusal = request_bounds.unwrap(request)
         rec = RequestRecord("Preprocess", request_id=request.request_id, model=request.model,
                             videos=len(request.videos))
-        return await self._run(context, rec, self._preprocess, request, context, admit=True)
+        return await self._run(context, rec, _refused(refusal) or self._preprocess, request, context, admit=True)
 
     async def Plan(self, request: pb.PreprocessRequest, context) -> pb.PlanResponse:
+        request, refusal = request_bounds.unwrap(request)
         rec = RequestRecord("Plan", request_id=request.request_id, model=request.model, videos=len(request.videos))
-        return await self._run(context, rec, self._plan, request, context, admit=True)
+        return await self._run(context, rec, _refused(refusal) or self._plan, request, context, admit=True)
 
     async def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
         rec = RequestRecord("Assemble", handle=request.handle)
@@ -176,6 +184,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             work_busy=self._busy,
             image_steps=sum(pp.work.run for pp in models.values()),
             image_steps_skipped=sum(pp.work.skipped for pp in models.values()),
+            images_decoded=sum(pp.work.decoded for pp in models.values()),
             **parts,
         )
 
@@ -187,6 +196,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         fetched, then its images' and videos' bytes: fetched, decoded from data URLs, or the
         media store's."""
         rec.images = len(request.images)
+        pp.check_ids_length(len(request.input_ids))  # from the length alone, before the ids are read
         input_ids = list(request.input_ids) if request.input_ids else None
         videos = len(request.videos)
         if videos:
@@ -214,7 +224,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         rec.bytes = sum(len(b) for b in raw[:n])
         rec.video_bytes = sum(len(b) for b in raw[n:])
         return _Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
-                        _Videos(raw[n:], vmedia, video_options, per_video), resolved, deadline.at)
+                        _Videos(raw[n:], vmedia, video_options, per_video), resolved,
+                        self._size_check(request, pp, resolved), deadline.at)
 
     def _check_takes_video(self, pp: Preprocessor, name: str, videos: int) -> None:
         if "video" in pp.info["modalities"]:
@@ -232,7 +243,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         fetched."""
         store = self.media
         sources, hashes, binds, missing = [], [], [], []
-        scope = None
+        scope = self._identity(context)  # hashes and client ids name this caller's images
         for i, item in enumerate(items):
             which = item.WhichOneof("source")
             if which is None:
@@ -244,7 +255,6 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                                           f"this {kind} is a media_id", item=i, kind=kind)
                 self._check_client_ids("bind_id", i)
                 check_client_id(item.bind_id, "bind_id", i)
-                scope = scope or self._caller(context)
             binds.append(item.bind_id or None)
             if which != "media_id":
                 sources.append(item.url if which == "url" else item.data)
@@ -256,9 +266,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             else:
                 self._check_client_ids("a client media_id", i)
                 check_client_id(media_id, "media_id", i)
-                scope = scope or self._caller(context)
                 digest = store.resolve(scope, media_id)
-            data = store.get(digest) if digest is not None else None
+            data = store.get(digest, scope) if digest is not None else None
             if data is None:
                 missing.append((i, media_id))
             sources.append(data if data is not None else b"")
@@ -276,7 +285,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         for media, raw, results in ((req.media, req.raw, images), (req.videos.media, req.videos.raw, videos)):
             for i, im in enumerate(results):
                 if media.hashes[i] is None:
-                    self.media.put(im.hash, raw[i])
+                    self.media.put(im.hash, raw[i], media.scope)
                 if media.binds[i]:
                     self.media.bind(media.scope, media.binds[i], im.hash)
 
@@ -314,7 +323,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         t0 = time.perf_counter()
         out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                              options=req.options, image_options=req.image_options, hashes=req.media.hashes,
-                             encoder_budget=req.resolved.encoder_budget, **req.videos.arguments())
+                             encoder_budget=req.resolved.encoder_budget, scope=self._cache_scope(req),
+                             check_size=req.check_size, **req.videos.arguments())
         self._remember(req, out.images, out.videos)
         return out, (time.perf_counter() - t0) * 1e3
 
@@ -328,7 +338,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             asm.check_videos(backend, len(request.videos))  # before anything is fetched
         req = await self._fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("preprocessing")
-        job = _Job(req, request, backend, backend is None or request.keep_handle, rec, resolved)
+        job = _Job(req, request, backend, backend is None or request.keep_handle, rec, resolved,
+                   self._identity(context))
         tw = time.perf_counter()
         try:
             # preprocess, keep, assemble and serialize: one pool task, the event loop free
@@ -370,7 +381,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                                        allocate=stager, options=req.options, image_options=req.image_options,
                                        hashes=req.media.hashes, raw=req.resolved.raw,
-                                       encoder_budget=req.resolved.encoder_budget, **videos)
+                                       encoder_budget=req.resolved.encoder_budget, scope=self._cache_scope(req),
+                                       check_size=req.check_size, **videos)
             self._remember(req, out.images, out.videos)
             resp = _response(job.request, out)
             resp.timings.fetch_ms = job.rec.stages_ms["fetch"]
@@ -382,7 +394,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 kept = Kept(req.model.name, out, req.model.field_layout,
                             staged=dict(stager.segments) if stager is not None else {},
                             video_field_layout=req.model.family.video_field_layout,
-                            image_defaults=_image_defaults(req.model))
+                            image_defaults=_image_defaults(req.model), caller=job.caller)
                 resp.handle = self._keep(kept)
                 if stager is not None:
                     stager.keep(resp.handle)
@@ -446,14 +458,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 "handle is empty: Preprocess returns a handle when no backend is set, or with keep_handle "
                 "when one is (a one-shot call's payload is already in its response)",
             )
-        kept = self.store.get(request.handle)
-        if kept is None:
-            why = self.store.why_missing(request.handle)
-            raise PreprocessError(
-                Code.NOT_FOUND,
-                f"handle {request.handle!r} is {why}"
-                f"{' (or was never issued)' if why == 'unknown' else ''}: call Preprocess again",
-            )
+        kept = self._owned(request.handle, context)
         rec.model, rec.images = kept.model, len(kept.output.images)
         if resolved.worker is not None:
             resolved.worker.check_output(kept.output.images, asm.videos_of(kept.output))
@@ -469,6 +474,27 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             if gone is not None:
                 self.transport.drop(gone.all_segments(), "release")
         return wire_bytes
+
+    def _owned(self, handle: str, context) -> Kept:
+        """The result kept under ``handle`` for this caller; NOT_FOUND alike when it is gone,
+        was never issued or is another caller's (a handle names nothing to anyone else)."""
+        kept = self.store.get(handle)
+        if kept is not None and kept.caller == self._identity(context):
+            return kept
+        why = self.store.why_missing(handle) if kept is None else "unknown"
+        raise PreprocessError(
+            Code.NOT_FOUND,
+            f"handle {owners.short(handle)} is {why}{' (or was never issued)' if why == 'unknown' else ''}: "
+            "call Preprocess again",
+        )
+
+    def _identity(self, context) -> str:
+        return callers.identity(context, self._caller)
+
+    def _cache_scope(self, req: "_Request") -> str:
+        """Whose preprocessing cache entries the request may hit (and so learn of through
+        ``cached``): its caller's, unless the media store is shared across callers."""
+        return "" if self.media.shared else req.media.scope
 
     def _assembled_response(self, kept: Kept, backend: int, resolved: Resolved) -> bytes:
         resp = pb.AssembleResponse()
@@ -497,13 +523,17 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 f"handle {owners.short(handle)} names process {owner.process} of this replica, which runs one "
                 "process: call Preprocess again",
             )
-        return await self._forward(owner.process, method, request, context)
+        return await self._forward(owner.process, method, request, context, caller=self._identity(context))
 
     async def _release(self, request: pb.ReleaseRequest, context=None, **_) -> pb.ReleaseResponse:
         routed = await self._route(request.handle, "Release", request, context)
         if routed is not None:
             return routed
-        kept = self.store.pop(request.handle)
+        kept = self.store.get(request.handle)
+        if kept is not None and kept.caller == self._identity(context):
+            kept = self.store.pop(request.handle)
+        else:
+            kept = None  # another caller's handle is not this one's to release
         if kept is not None:
             # the caller is done: its segments go, read or not (readers first, else here)
             self.transport.drop(kept.all_segments(), "release", unread_too=True)
@@ -531,6 +561,33 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
             raise PreprocessError(
                 Code.NOT_FOUND, f"unknown model {name!r}; {hint}this server serves: {', '.join(models)}")
         return pp
+
+    def _size_check(self, request: pb.PreprocessRequest, pp: Preprocessor, resolved: Resolved) -> Callable:
+        """The bound on what a Preprocess (or the Plan of one) makes, from its plans, before
+        any pixel work: its response within the send limit (ids twice with a payload, the
+        M-RoPE positions, pixels in the wire dtype when they travel inline) and its kept
+        result within the handle store."""
+        backend = asm.parse_backend(request.backend) if request.backend else None
+        keep = backend is None or request.keep_handle
+        inline = backend is not None and not resolved.wire.shm
+        width = wire.WIDTHS.get(asm.check_options(backend, resolved.wire), 0) if inline else 0
+        itemsize = (pp.family.raw() if resolved.raw else pp.family).pixel_dtype.itemsize
+        mrope = pp.family.uses_mrope
+        max_send, max_keep = self.transport.max_send_bytes, self.store.max_bytes
+
+        def check(expanded: int, elements: int) -> None:
+            positions = 3 * 8 * expanded if mrope else 0
+            sent = 5 * expanded * (2 if backend is not None else 1) + positions + elements * width
+            if max_send and sent > max_send:
+                raise PreprocessError(Code.RESOURCE_EXHAUSTED, wire.too_large(sent, max_send) + "; not decoded")
+            kept = elements * itemsize + 2 * 8 * expanded + positions
+            if keep and kept > max_keep:
+                raise PreprocessError(
+                    Code.RESOURCE_EXHAUSTED,
+                    f"the result would take {kept} bytes, over the handle store's {max_keep} (serve --store-bytes); "
+                    "not decoded: set backend in PreprocessRequest to get the payload in one call")
+
+        return check
 
     def _keep(self, kept: Kept) -> str:
         try:
@@ -661,6 +718,17 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 finish()
 
 
+def _refused(error: PreprocessError | None):
+    """A call's work that is ``error`` (None: no refusal)."""
+    if error is None:
+        return None
+
+    async def refuse(*_args, **_kwargs):
+        raise error
+
+    return refuse
+
+
 def _cancelled(context) -> bool:
     try:
         return bool(context.cancelled())
@@ -688,7 +756,7 @@ class _Media:
     sources: list  # what to fetch: URL / path / base64 strings or bytes (a media id's: the store's)
     hashes: list  # a media id's blake3 (known: not recomputed), else None
     binds: list  # the client id to bind to the image's hash, else None
-    scope: str | None  # the caller identity the ids belong to (when the request uses client ids)
+    scope: str  # the caller identity its media ids, kept images and cache entries belong to
 
 
 @dataclass(frozen=True)
@@ -721,6 +789,7 @@ class _Request:
     max_image_tokens: int | None  # the request's budget per image (None: the model's)
     videos: _Videos
     resolved: Resolved  # its payload options: raw pixels, the worker's limits
+    check_size: Callable  # what its plans may make (``_size_check``)
     deadline: float | None = None  # time.monotonic() the call must end by (None: no deadline)
 
 
@@ -734,6 +803,7 @@ class _Job:
     keep: bool  # keep the result under a handle
     rec: RequestRecord
     resolved: Resolved  # how the payload's tensors travel (and whether to stage them)
+    caller: str  # who asks (the kept result is theirs alone)
 
 
 @dataclass(frozen=True)
@@ -895,7 +965,8 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
         statuses=[pb.StatusCount(method=m, code=c, count=n) for (m, c), n in sorted(s.statuses.items())],
         images=s.images,
         image_bytes=s.image_bytes,
-        work=pb.WorkStats(busy=max(0, s.work_busy), image_steps=s.image_steps, image_steps_skipped=s.image_steps_skipped),
+        work=pb.WorkStats(busy=max(0, s.work_busy), image_steps=s.image_steps, image_steps_skipped=s.image_steps_skipped,
+                          images_decoded=s.images_decoded),
     )
     f = s.fetch or {}
     resp.fetch.CopyFrom(

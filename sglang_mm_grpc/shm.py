@@ -18,8 +18,15 @@ Everything a reader never reads is this server's to remove. A segment is
   it came from is Released, and at shutdown.
 
 At start-up the segments a previous instance with the same owner id left behind are
-removed. Names are ``sglang-mm.<owner_id>.<128 random bits in hex>``; files are
-created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 unless configured.
+removed, and so are those of every other instance whose process is gone: each instance
+holds a liveness record (``sglang-mm-live.<owner_id>`` beside its segments, outside their
+``sglang-mm.`` namespace) naming its owner id, pid and process start time, with an
+exclusive ``flock`` on it while it lives; a record whose lock can be taken, and whose
+process (that pid with that start time) no longer runs, is a dead instance's: its
+segments and the record go. Segments of an owner id with no record (an older version)
+are left to a restart with that id. Names are ``sglang-mm.<owner_id>.<128 random bits
+in hex>``; files are created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 unless
+configured.
 
 A byte budget bounds what is held at once (files in /dev/shm, and the mappings of
 staged segments, which outlive their file once read); when a segment does not fit in
@@ -33,6 +40,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import json
 import logging
 import mmap
 import os
@@ -79,6 +88,128 @@ def namespace_id(directory: str = SHM_DIR) -> str:
         return f"{boot_id}:{os.stat(directory).st_dev}"
     except OSError:
         return ""
+
+
+# -- liveness records ------------------------------------------------------------------------
+#
+# One small file per running instance, beside its segments, naming its owner id and its
+# process (pid, start time), locked with flock while the process lives: the kernel drops
+# the lock when the process dies, however it dies, so a later start can tell a dead
+# instance's leftovers from a live one's. The supervisor of ``serve --processes`` keeps
+# one the same way for its socket directory (processes.py).
+
+#: ``<dir>/sglang-mm-live.<owner_id>``: not under ``NAME_PREFIX``, so no reader, sweep or
+#: listing of segments takes it for one.
+RECORD_PREFIX = "sglang-mm-live."
+#: How long a start waits for its own record while another process holds its lock (a
+#: sweeper removing a dead predecessor's segments holds it for a moment).
+RECORD_WAIT_S = 2.0
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat, the process's start in clock ticks after boot: with
+    the pid it names one process for the boot (a reused pid has another start). None when
+    no such process runs (none, or a zombie: it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()  # after the name, which may hold spaces
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def liveness_record(**extra) -> dict:
+    """What a record says of this process."""
+    pid = os.getpid()
+    return {**extra, "pid": pid, "start_time": process_start_time(pid), "boot_id": _boot_id(),
+            "pid_ns": _pid_namespace()}
+
+
+def process_lives(record: dict) -> bool | None:
+    """Whether the process a record names still runs: its pid with its start time, in this
+    boot; None when that cannot be told here (another pid namespace)."""
+    if record.get("boot_id") != _boot_id():
+        return False  # a process of an earlier boot
+    if record.get("pid_ns") != _pid_namespace():
+        return None
+    pid, start = record.get("pid"), record.get("start_time")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    return start is not None and process_start_time(pid) == start
+
+
+def lock(fd: int, *, exclusive: bool = True) -> bool | None:
+    """flock without waiting: True when taken, False when another process holds it, None
+    when this file system has no flock."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        return None
+
+
+def write_record(fd: int, record: dict) -> None:
+    data = json.dumps(record, sort_keys=True).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def read_record(fd: int) -> dict | None:
+    """The record in ``fd``; None when empty (still being written) or not a record."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"null")
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def abandoned(fd: int) -> dict | None:
+    """The record in ``fd`` (open on a record file) when its instance is gone: its lock
+    could be taken (and is now held through ``fd``) and the process it names does not
+    run (without flock: the process does not run, as far as can be told). None otherwise
+    (and the lock is not kept): the instance lives, or the record is being written (a
+    creator writes only under its lock)."""
+    taken = lock(fd)
+    if taken is False:
+        return None
+    record = read_record(fd)
+    lives = process_lives(record) if record is not None else True
+    if lives or (taken is None and lives is None):
+        if taken:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    return record
+
+
+def same_file(fd: int, path: str) -> bool:
+    """``fd`` is still the file at ``path`` (not removed or replaced meanwhile)."""
+    try:
+        a, b = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _own_regular_file(st: os.stat_result) -> bool:
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def default_owner_id(port: int) -> str:
@@ -167,6 +298,7 @@ class ShmArena:
         self._unmaps: deque[Segment] = deque()  # mappings the background thread drops
         self._closed = False
         self._filler: threading.Thread | None = None
+        self._record_fd = -1  # this instance's liveness record, locked while it lives
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -175,28 +307,121 @@ class ShmArena:
         return f"{NAME_PREFIX}{self.owner_id}."
 
     def remove_previous(self) -> int:
-        """Start-up: remove the segments a previous instance with this owner id left (regular
-        files of this user only, never following a link)."""
+        """Start-up: take this instance's liveness record, then remove the segments a
+        previous instance with this owner id left and those of every instance whose process
+        is gone (regular files of this user only, never following a link), counted as
+        ``startup``. ValueError when a live instance holds this owner id's record."""
+        self._hold_record()
+        n = self._remove_files(self.prefix)
+        if n:
+            log.warning("removed %d shared-memory segments a previous instance (owner %s) left", n, self.owner_id)
+        n += self._remove_dead_owners()
+        if n:
+            with self._lock:
+                self.counters.removed["startup"] += n
+        return n
+
+    def _remove_files(self, prefix: str) -> int:
+        """Remove the regular files of this user named ``prefix...`` (not this arena's own)."""
         n = 0
         try:
             names = os.listdir(self.directory)
         except OSError:
             return 0
         for name in names:
-            if not name.startswith(self.prefix) or name in self._live:
+            if not name.startswith(prefix) or name in self._live:
                 continue
             path = os.path.join(self.directory, name)
             try:
-                st = os.lstat(path)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                if _own_regular_file(os.lstat(path)):
                     os.unlink(path)
                     n += 1
             except OSError:
                 continue
-        if n:
-            log.warning("removed %d shared-memory segments a previous instance (owner %s) left", n, self.owner_id)
-            with self._lock:
-                self.counters.removed["startup"] += n
+        return n
+
+    def _record_path(self, owner_id: str) -> str:
+        return os.path.join(self.directory, RECORD_PREFIX + owner_id)
+
+    def _hold_record(self) -> None:
+        """Create (or take over a dead predecessor's) ``sglang-mm-live.<owner_id>`` and hold
+        its lock for this instance's life. Without a writable directory there is no record
+        (and no segments either)."""
+        path = self._record_path(self.owner_id)
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while self._record_fd < 0:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as e:
+                log.warning("no shared-memory liveness record %s: %s", path, e)
+                return
+            try:
+                taken = self._take_record(fd, path, deadline)
+            except BaseException:
+                os.close(fd)
+                raise
+            if taken:
+                self._record_fd = fd
+            else:
+                os.close(fd)
+                time.sleep(0.05)
+
+    def _take_record(self, fd: int, path: str, deadline: float) -> bool:
+        if not _own_regular_file(os.fstat(fd)):
+            raise ValueError(f"{path} is not a regular file of this user")
+        if lock(fd) is False:
+            if time.monotonic() < deadline:
+                return False  # a sweeper has it for a moment, or its owner lives: look again
+            held = read_record(fd) or {}
+            raise ValueError(f"shm owner id {self.owner_id} is in use by a live instance "
+                             f"(pid {held.get('pid', '?')}); give each server its own --shm-owner-id")
+        if not same_file(fd, path):
+            return False  # a sweeper removed it meanwhile: create it again
+        write_record(fd, liveness_record(owner_id=self.owner_id))
+        return True
+
+    def _drop_record(self) -> None:
+        fd, self._record_fd = self._record_fd, -1
+        if fd < 0:
+            return
+        path = self._record_path(self.owner_id)
+        if same_file(fd, path):  # still ours: removed under its lock
+            _unlink(path)
+        os.close(fd)
+
+    def _remove_dead_owners(self) -> int:
+        """Every other owner whose record says its instance is gone: its segments, then the
+        record, under the record's lock (so its owner id cannot start again meanwhile)."""
+        n = 0
+        try:
+            names = [x for x in os.listdir(self.directory) if x.startswith(RECORD_PREFIX)]
+        except OSError:
+            return 0
+        for name in names:
+            owner = name[len(RECORD_PREFIX):]
+            if owner != self.owner_id and _OWNER.match(owner):
+                n += self._remove_dead_owner(owner)
+        return n
+
+    def _remove_dead_owner(self, owner: str) -> int:
+        path = self._record_path(owner)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return 0
+        try:
+            if not _own_regular_file(os.fstat(fd)):
+                return 0
+            record = abandoned(fd)
+            if record is None or record.get("owner_id") != owner or not same_file(fd, path):
+                return 0
+            n = self._remove_files(f"{NAME_PREFIX}{owner}.")
+            _unlink(path)
+        finally:
+            os.close(fd)
+        log.log(logging.WARNING if n else logging.INFO,
+                "removed %d shared-memory segments of owner %s, whose instance (pid %s) is gone",
+                n, owner, record.get("pid", "?"))
         return n
 
     def writable(self) -> bool:
@@ -205,6 +430,7 @@ class ShmArena:
             seg = self._new_file(1, accounted=0)
         except OSError as e:
             log.warning("cannot create a shared-memory segment in %s: %s", self.directory, e)
+            self._drop_record()  # this arena will not be used
             return False
         self._unmap(seg)
         _unlink(os.path.join(self.directory, seg.name))
@@ -223,6 +449,7 @@ class ShmArena:
             self._remove(seg, "shutdown", count=seg.state != GONE and seg not in self._pool)
         with self._lock:
             self._pool.clear()
+        self._drop_record()  # last: until here a start with this owner id waits for us
 
     # -- creating ------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ GetStats for the whole replica.
 
 Each process also listens on a private Unix socket (``address(dir, i)``, in a directory
 only the server's user can enter). ``Assemble``/``Release`` for a handle kept by a
-sibling are forwarded there with the caller's authorization and remaining deadline, and
+sibling are forwarded there with the caller's authorization, identity and remaining deadline, and
 the owner's answer (its status, or its serialized response as it is) goes back
 unchanged. A forwarded call is never forwarded again. ``GetStats`` asks every sibling
 for its own counters and answers with the sums (``merge_stats``); metadata
@@ -19,6 +19,7 @@ import os
 import grpc
 
 from ._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+from .callers import CALLER, FORWARDED
 from .errors import Code, PreprocessError
 from .gate import AUTHORIZATION
 from .owners import short
@@ -26,7 +27,6 @@ from .servicer import SERVICE_NAME
 
 log = logging.getLogger(__name__)
 
-FORWARDED = "sglang-mm-forwarded-from"
 SCOPE = "sglang-mm-stats-scope"
 PROCESSES = "sglang-mm-stats-processes"  # trailing metadata: how many processes the answer covers
 _STATS_TIMEOUT_S = 2.0
@@ -59,8 +59,9 @@ class Siblings:
             ch = self._channels[i] = grpc.aio.insecure_channel(address(self.directory, i), options=self._options)
         return ch
 
-    async def forward(self, process: int, method: str, request, context) -> bytes:
-        """``method`` (Assemble or Release) on sibling ``process``; its serialized response."""
+    async def forward(self, process: int, method: str, request, context, caller: str = "") -> bytes:
+        """``method`` (Assemble or Release) on sibling ``process`` for ``caller`` (the
+        identity the handle must belong to, ``callers.identity``); its serialized response."""
         md = _metadata(context)
         handle = getattr(request, "handle", "")
         if FORWARDED in md:
@@ -71,7 +72,7 @@ class Siblings:
                 f"handle {short(handle)} names process {process}, but this replica runs {self.count} "
                 f"(0-{self.count - 1}): call Preprocess again",
             )
-        outgoing = [(FORWARDED, str(self.index))]
+        outgoing = [(FORWARDED, str(self.index)), (CALLER, caller)]
         if AUTHORIZATION in md:
             outgoing.append((AUTHORIZATION, md[AUTHORIZATION]))
         call = self._channel(process).unary_unary(

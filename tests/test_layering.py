@@ -93,6 +93,10 @@ LAYERS: dict[str, dict[str, list[str]]] = {
             "sglang_mm_grpc.servicer", "sglang_mm_grpc.store", "sglang_mm_grpc.admission",
             # owners: which replica and process a handle belongs to (the store names it in handles)
             "sglang_mm_grpc.owners",
+            # callers: who a call comes from (a sibling's forwarded call keeps its caller)
+            "sglang_mm_grpc.callers",
+            # request_bounds: a PreprocessRequest's token ids counted before they are parsed
+            "sglang_mm_grpc.request_bounds",
             # calls: a call's state after its handler returned (a response the client never got)
             "sglang_mm_grpc.calls",
             # transport: a call's payload options against the server's defaults, staging, kept segments

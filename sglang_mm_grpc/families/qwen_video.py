@@ -379,12 +379,28 @@ def with_options(c: VideoConfig, o: VideoOptions) -> VideoConfig:
     for name in ("min_frames", "max_frames"):
         if getattr(o, name) is not None:
             changes[name] = getattr(o, name)
+    _check_frame_bounds(c, o)
     lo = o.min_pixels if o.min_pixels is not None else c.min_pixels
     hi = o.max_pixels if o.max_pixels is not None else c.max_pixels
     if lo > hi:
         raise PreprocessError(Code.INVALID_ARGUMENT, f"min_pixels {lo} is above max_pixels {hi}", kind="video")
     changes.update(min_pixels=lo, max_pixels=hi)
     return replace(c, **changes)
+
+
+def _check_frame_bounds(c: VideoConfig, o: VideoOptions) -> None:
+    """min_frames above max_frames (the request's options after merging, the model's where
+    unset): HF's ``sample_frames`` (both classes) computes ``min(max(n, min_frames),
+    max_frames, ...)``, so max_frames wins and the min_frames asked is silently not
+    honoured: refused. A max_frames asked below the model's own min_frames is honoured
+    exactly (it wins), as is a checkpoint whose own bounds cross: both kept."""
+    if o.min_frames is None:
+        return
+    hi = o.max_frames if o.max_frames is not None else c.max_frames
+    if o.min_frames > hi:
+        whose = "" if o.max_frames is not None else " (the model's default; ask a larger max_frames too)"
+        raise PreprocessError(Code.INVALID_ARGUMENT, f"min_frames {o.min_frames} is above max_frames {hi}{whose}: "
+                              "sampling never takes more than max_frames", kind="video")
 
 
 def _check(o: VideoOptions) -> None:

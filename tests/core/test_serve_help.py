@@ -57,6 +57,7 @@ SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-sen
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
            ("--max-images", ServerConfig, "max_images"), ("--max-image-tokens", ServerConfig, "max_image_tokens"),
+           ("--max-input-ids", ServerConfig, "max_input_ids"),
            ("--max-redirects", FetchPolicy, "max_redirects"),
            ("--processes", ServerConfig, "processes"), ("--drain-delay", ServerConfig, "drain_delay_s"),
            ("--max-concurrent-fetches", FetchPolicy, "max_concurrent_fetches"),
@@ -80,6 +81,7 @@ def test_numbers_are_the_defaults(helps, flag, cls, name):
 
 def test_host(helps):
     assert shown_default(helps["--host"]) == field_default(ServerConfig, "host")
+    assert shown_default(helps["--metrics-host"]).split(":")[0] == field_default(ServerConfig, "metrics_host")
 
 
 def test_max_image_pixels(helps):
@@ -117,7 +119,7 @@ def test_shm_defaults(helps):
 
 def test_every_stated_default_was_checked(helps):
     """A new option with a number in its default joins the lists above."""
-    checked = {f for f, _, _ in SIZES + NUMBERS} | {"--host", "--max-image-pixels", "--fetch-timeout", "--max-in-flight"}
+    checked = {f for f, _, _ in SIZES + NUMBERS} | {"--host", "--metrics-host", "--max-image-pixels", "--fetch-timeout", "--max-in-flight"}
     checked |= {"--shm-min-bytes", "--shm-budget", "--shm-lease", "--shm-mode"}  # test_shm_defaults
     stated = {flag for flag, text in helps.items() if text and re.search(r"\(default:? [^;)]*\d", text)}
     assert stated <= checked, sorted(stated - checked)

@@ -26,14 +26,32 @@ from sglang_mm_grpc.siblings import PROCESSES, SCOPE, merge_stats
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 OWN = LOOPBACK + [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 256 << 20)]
+#: The fixture server's caller: a handle is its maker's alone, and without a token every
+#: connection would be a caller of its own; these tests use a connection per process.
+TOKENS = ("procs-token", "another-token")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("procs"), "--processes", "2", "--cache-bytes", "0", models=[QWEN2],
+    d = tmp_path_factory.mktemp("procs")
+    (d / "tokens").write_text("\n".join(TOKENS) + "\n")
+    s = Server(d, "--processes", "2", "--cache-bytes", "0", "--auth-token-file", str(d / "tokens"), models=[QWEN2],
                name="procs")
     yield s
     s.stop()
+
+
+class _Token(grpc.UnaryUnaryClientInterceptor):
+    def __init__(self, token: str):
+        self.metadata = (("authorization", f"Bearer {token}"),)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(details._replace(metadata=[*(details.metadata or ()), *self.metadata]), request)
+
+
+def _channel(target: str, token: str = TOKENS[0]) -> grpc.Channel:
+    """A channel of its own (a connection of its own) whose calls carry ``token``."""
+    return grpc.intercept_channel(grpc.insecure_channel(target, OWN), _Token(token))
 
 
 def _request(seed: int = 1) -> pb.PreprocessRequest:
@@ -47,7 +65,7 @@ def by_process(server):
     found: dict[str, list[grpc.Channel]] = {}
     channels = []
     for _ in range(64):
-        ch = grpc.insecure_channel(server.target, OWN)
+        ch = _channel(server.target)
         channels.append(ch)
         _, call = pb_grpc.MultimodalPreprocessorStub(ch).ListModels.with_call(pb.ListModelsRequest(), timeout=30)
         found.setdefault(dict(call.trailing_metadata())[owners.METADATA_KEY], []).append(ch)
@@ -84,6 +102,28 @@ def test_assemble_and_release_reach_the_owner(server, by_process):
         with pytest.raises(grpc.RpcError) as e:
             other.Assemble(pb.AssembleRequest(handle=kept.handle, backend=pb.BACKEND_VLLM), timeout=30)
         assert e.value.code() == grpc.StatusCode.NOT_FOUND and "released" in e.value.details()
+
+
+def test_a_forwarded_call_keeps_its_caller(server, by_process):
+    """The owner process holds the handle to the caller that made it, whichever process
+    the call reached: another token gets NOT_FOUND there too."""
+    (_, a_channels), (b, _) = sorted(by_process.items())
+    kept = pb_grpc.MultimodalPreprocessorStub(a_channels[0]).Preprocess(_request(seed=5), timeout=30)
+    for _ in range(64):  # a connection of the other token that lands on the other process
+        with _channel(server.target, TOKENS[1]) as ch:
+            stub = pb_grpc.MultimodalPreprocessorStub(ch)
+            _, call = stub.ListModels.with_call(pb.ListModelsRequest(), timeout=30)
+            if dict(call.trailing_metadata())[owners.METADATA_KEY] != b:
+                continue
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Assemble(pb.AssembleRequest(handle=kept.handle, backend=pb.BACKEND_VLLM), timeout=30)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+            assert not stub.Release(pb.ReleaseRequest(handle=kept.handle), timeout=30).released
+            break
+    else:
+        pytest.fail("no connection reached the other process")
+    assert pb_grpc.MultimodalPreprocessorStub(a_channels[0]).Release(pb.ReleaseRequest(handle=kept.handle),
+                                                                     timeout=30).released
 
 
 def test_assemble_release_in_one_call_through_the_other_process(server, by_process):
@@ -191,7 +231,7 @@ def test_a_killed_process_is_restarted(server, by_process):
     # the new process serves (new connections reach it again) and forwarding to it works
     seen = set()
     for _ in range(64):
-        with grpc.insecure_channel(server.target, OWN) as ch:
+        with _channel(server.target) as ch:
             r, call = pb_grpc.MultimodalPreprocessorStub(ch).Preprocess.with_call(_request(seed=12), timeout=30)
             seen.add(dict(call.trailing_metadata())[owners.METADATA_KEY])
             if owners.owner_of(r.handle).process == index:

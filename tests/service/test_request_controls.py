@@ -31,7 +31,9 @@ OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # a Client of its own 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("controls"), "--allow-private-hosts", models=[QWEN, INKLING, LLAVA],
+    # shared: each client (and CLI run) below is a connection of its own, a caller of its own without tokens
+    s = Server(tmp_path_factory.mktemp("controls"), "--allow-private-hosts", "--shared-media-store",
+               models=[QWEN, INKLING, LLAVA],
                workers=1)
     yield s
     s.stop()
@@ -188,7 +190,11 @@ def test_client_ids_are_scoped_to_the_token(tokens_server):
     with client(tokens_server.target, token="token-bob") as bob:
         e = rpc_error(lambda: bob.plan(QWEN, [pb.MediaItem(media_id="cat")]))
         assert e.code() == grpc.StatusCode.NOT_FOUND
-        # the hash is a content address: whoever has the bytes may name them
+        # nor does alice's hash name her image for bob (it would tell him she sent it) ...
+        e = rpc_error(lambda: bob.plan(QWEN, [pb.MediaItem(media_id=content_hash(cat))]))
+        assert e.code() == grpc.StatusCode.NOT_FOUND
+        # ... until he has sent the bytes himself
+        bob.plan(QWEN, [cat])
         assert bob.plan(QWEN, [pb.MediaItem(media_id=content_hash(cat))]).images[0].token_count > 0
 
 

@@ -31,7 +31,9 @@ FPS2 = video_options(fps=2)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("video-media-ids"), "--log-level", "WARNING", models=[MODEL], workers=1)
+    # shared: each client below is a connection of its own (a caller of its own, without tokens)
+    s = Server(tmp_path_factory.mktemp("video-media-ids"), "--shared-media-store", "--log-level", "WARNING",
+               models=[MODEL], workers=1)
     yield s
     s.stop()
 

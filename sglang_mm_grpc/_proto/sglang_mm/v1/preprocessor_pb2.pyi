@@ -621,14 +621,16 @@ class StoreStats(_message.Message):
     def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_items: _Optional[int] = ..., max_bytes: _Optional[int] = ..., evicted: _Optional[int] = ..., expired: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class WorkStats(_message.Message):
-    __slots__ = ("busy", "image_steps", "image_steps_skipped")
+    __slots__ = ("busy", "image_steps", "image_steps_skipped", "images_decoded")
     BUSY_FIELD_NUMBER: _ClassVar[int]
     IMAGE_STEPS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_STEPS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_DECODED_FIELD_NUMBER: _ClassVar[int]
     busy: int
     image_steps: int
     image_steps_skipped: int
-    def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ...) -> None: ...
+    images_decoded: int
+    def __init__(self, busy: _Optional[int] = ..., image_steps: _Optional[int] = ..., image_steps_skipped: _Optional[int] = ..., images_decoded: _Optional[int] = ...) -> None: ...
 
 class VideoStats(_message.Message):
     __slots__ = ("videos", "video_bytes", "frames", "planned", "refusals", "stages", "cached")
