@@ -53,16 +53,6 @@ def test_the_cli_sends_any_url_scheme_to_the_server(server):
     assert "unsupported URL scheme 'gopher'" in r.stderr and "No such file" not in r.stderr
 
 
-def test_the_cli_says_when_an_image_was_cached(server, tmp_path):
-    path = tmp_path / "c.png"
-    path.write_bytes(imagegen.png(40, 60, seed=99))
-    first = run_cli("preprocess", "--target", server, "--model", QWEN2, str(path))
-    again = run_cli("preprocess", "--target", server, "--model", QWEN2, str(path))
-    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
-    assert "HxW 40x60" in first.stdout and "cached" not in first.stdout
-    assert "cached" in again.stdout
-
-
 def test_call_through_reflection(server, tmp_path):
     r = run_cli("call", "ListModels", "--target", server)
     assert r.returncode == 0, r.stderr

@@ -333,3 +333,15 @@ def test_cli_plan_and_preprocess_with_media_ids(server, tmp_path):
     local = run_cli("plan", "--model", LLAVA, "--max-tokens", "5", str(img))
     assert local.returncode == 1 and "max_tokens 5 cannot be honoured exactly by the llava family" in local.stderr
     assert run_cli("preprocess", "--model", QWEN, "--media-ids", str(img)).returncode != 0
+
+
+def test_the_cli_says_when_an_image_was_cached(server, tmp_path):
+    """Two CLI runs are two connections, two callers without tokens: this server shares
+    its store and cache across callers (--shared-media-store)."""
+    path = tmp_path / "c.png"
+    path.write_bytes(imagegen.png(40, 60, seed=99))
+    first = run_cli("preprocess", "--target", server.target, "--model", QWEN, str(path))
+    again = run_cli("preprocess", "--target", server.target, "--model", QWEN, str(path))
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert "HxW 40x60" in first.stdout and "cached" not in first.stdout
+    assert "cached" in again.stdout

@@ -111,8 +111,9 @@ def test_assemble_needs_a_backend(client):
 
 def test_deadline(client, server_proc):
     """The server drops the call when its deadline passes (and says so)."""
-    # about a second of pixel work in a few hundred KB (flat PNGs compress to almost nothing)
-    raws = [imagegen.encode(Image.new("RGB", (3000, 3000), (s, 90, 200)), "PNG") for s in range(12)]
+    # about a second of pixel work in a few hundred KB (flat PNGs compress to almost nothing);
+    # 1.3 GB of pixel values, within the handle store (twelve would be refused from their plans)
+    raws = [imagegen.encode(Image.new("RGB", (3000, 3000), (s, 90, 200)), "PNG") for s in range(6)]
     e = rpc_error(client.preprocess, QWEN2, raws, timeout=0.3)
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     log = server_proc.log
