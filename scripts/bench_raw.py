@@ -36,16 +36,6 @@ SERVER_MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 SIZE = (1280, 720)
 
 
-def _p50(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def bench_inprocess(repeat: int, photo: bytes) -> list[dict]:
     from sglang_mm_grpc import Preprocessor
 
