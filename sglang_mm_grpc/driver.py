@@ -30,6 +30,7 @@ from .errors import Code, PreprocessError, invalid
 from .families import Family, FieldLayout, ItemPlan
 from .fanout import fan_out
 from .hashing import content_hash
+from .kernels.wirecast import WIDTHS
 from .layout import AppliedLayout, apply_layout, find_placeholders, layout_at
 from .media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, ImageHeader, decode_pixels, open_image
 from .media.samples import random_png
@@ -397,10 +398,8 @@ class Preprocessor:
     def _pixel_bytes(self, plans: list[ItemPlan], video_plans: list) -> dict[str, int]:
         """The pixel tensors' bytes in each wire dtype (uint8 where the model has raw pixels)."""
         elements = self._pixel_elements(plans, video_plans)
-        widths = {"float32": 4, "bfloat16": 2, "float16": 2}
-        if self.family.device_normalization() is not None:
-            widths["uint8"] = 1
-        return {dtype: elements * width for dtype, width in widths.items()}
+        raw = self.family.device_normalization() is not None
+        return {dtype: elements * width for dtype, width in WIDTHS.items() if raw or dtype != "uint8"}
 
     def _layout(self, prompt: Prompt, plans: list[ItemPlan], videos: list) -> tuple:
         """(the whole layout, its image-only view, each video's range, each video's runs)."""

@@ -196,7 +196,6 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         fetched, then its images' and videos' bytes: fetched, decoded from data URLs, or the
         media store's."""
         rec.images = len(request.images)
-        pp.check_ids_length(len(request.input_ids))  # from the length alone, before the ids are read
         input_ids = list(request.input_ids) if request.input_ids else None
         videos = len(request.videos)
         if videos:
@@ -475,13 +474,18 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
                 self.transport.drop(gone.all_segments(), "release")
         return wire_bytes
 
-    def _owned(self, handle: str, context) -> Kept:
-        """The result kept under ``handle`` for this caller; NOT_FOUND alike when it is gone,
-        was never issued or is another caller's (a handle names nothing to anyone else)."""
+    def _mine(self, handle: str, context) -> Kept | None:
+        """The result kept under ``handle`` if this caller made it (a handle names nothing
+        to anyone else)."""
         kept = self.store.get(handle)
-        if kept is not None and kept.caller == self._identity(context):
+        return kept if kept is not None and kept.caller == self._identity(context) else None
+
+    def _owned(self, handle: str, context) -> Kept:
+        """``_mine``, or NOT_FOUND alike when it is gone, was never issued or is another's."""
+        kept = self._mine(handle, context)
+        if kept is not None:
             return kept
-        why = self.store.why_missing(handle) if kept is None else "unknown"
+        why = self.store.why_missing(handle) if self.store.get(handle) is None else "unknown"
         raise PreprocessError(
             Code.NOT_FOUND,
             f"handle {owners.short(handle)} is {why}{' (or was never issued)' if why == 'unknown' else ''}: "
@@ -529,11 +533,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         routed = await self._route(request.handle, "Release", request, context)
         if routed is not None:
             return routed
-        kept = self.store.get(request.handle)
-        if kept is not None and kept.caller == self._identity(context):
-            kept = self.store.pop(request.handle)
-        else:
-            kept = None  # another caller's handle is not this one's to release
+        kept = self.store.pop(request.handle) if self._mine(request.handle, context) is not None else None
         if kept is not None:
             # the caller is done: its segments go, read or not (readers first, else here)
             self.transport.drop(kept.all_segments(), "release", unread_too=True)

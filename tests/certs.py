@@ -88,3 +88,29 @@ def _write(directory: Path, name: str, cert, key) -> tuple[Path, Path]:
                                            serialization.NoEncryption()))
     key_path.chmod(0o600)
     return cert_path, key_path
+
+
+def make_pki(directory: Path) -> dict:
+    """A test CA with a server and a client certificate, and a stranger's client
+    certificate from another CA."""
+    ca, other_ca = make_ca(directory, "test-ca"), make_ca(directory, "other-ca")
+    return {
+        "dir": directory,
+        "ca": ca,
+        "server": ca.issue(directory, "server"),
+        "client": ca.issue(directory, "client", client=True, sans=()),
+        "stranger": other_ca.issue(directory, "stranger", client=True, sans=()),
+    }
+
+
+def channel_credentials(pki: dict, cert: str | None = None):
+    """gRPC channel credentials trusting ``pki``'s CA, presenting ``pki[cert]`` (None: no
+    client certificate)."""
+    import grpc
+
+    c = pki[cert] if cert else None
+    return grpc.ssl_channel_credentials(
+        root_certificates=pki["ca"].cert.read_bytes(),
+        private_key=c.key.read_bytes() if c else None,
+        certificate_chain=c.cert.read_bytes() if c else None,
+    )

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from certs import make_ca
+from certs import channel_credentials as _creds, make_pki
 from servers import Server, free_port
 from sglang_mm_grpc import owners
 from sglang_mm_grpc.endpoints import Endpoints
@@ -35,23 +35,7 @@ AUTH = [("authorization", f"Bearer {TOKEN}")]
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    ca, other_ca = make_ca(d, "test-ca"), make_ca(d, "other-ca")
-    return {
-        "ca": ca,
-        "server": ca.issue(d, "server"),
-        "client": ca.issue(d, "client", client=True, sans=()),
-        "stranger": other_ca.issue(d, "stranger", client=True, sans=()),
-    }
-
-
-def _creds(pki, cert="client"):
-    c = pki[cert] if cert else None
-    return grpc.ssl_channel_credentials(
-        root_certificates=pki["ca"].cert.read_bytes(),
-        private_key=c.key.read_bytes() if c else None,
-        certificate_chain=c.cert.read_bytes() if c else None,
-    )
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +51,7 @@ def server(pki, tmp_path_factory):
     s.metrics_port = metrics_port
     try:
         end = time.monotonic() + 180
-        with grpc.secure_channel(s.target, _creds(pki)) as ch:
+        with grpc.secure_channel(s.target, _creds(pki, "client")) as ch:
             while True:
                 assert s.alive(), s.log_text()[-3000:]
                 assert time.monotonic() < end, f"not SERVING:\n{s.log_text()[-3000:]}"
@@ -85,7 +69,7 @@ def server(pki, tmp_path_factory):
 
 @pytest.fixture
 def channel(server, pki):
-    with grpc.secure_channel(server.target, _creds(pki)) as ch:
+    with grpc.secure_channel(server.target, _creds(pki, "client")) as ch:
         yield ch
 
 

@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import imagegen
-from certs import make_ca
+from certs import channel_credentials as _creds, make_ca, make_pki
 from servers import REPO, Server
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -28,15 +28,7 @@ IDS = [151652, 151655, 151653]
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    ca, other_ca = make_ca(d, "test-ca"), make_ca(d, "other-ca")
-    return {
-        "dir": d,
-        "ca": ca,
-        "server": ca.issue(d, "server"),
-        "client": ca.issue(d, "client", client=True, sans=()),
-        "stranger": other_ca.issue(d, "stranger", client=True, sans=()),
-    }
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _wait_tls(server: Server, credentials, timeout: float = 120.0) -> None:
@@ -52,15 +44,6 @@ def _wait_tls(server: Server, credentials, timeout: float = 120.0) -> None:
                 pass
             time.sleep(0.05)
     raise AssertionError(f"not SERVING:\n{server.log_text()[-3000:]}")
-
-
-def _creds(pki, *, cert=None):
-    c = pki[cert] if cert else None
-    return grpc.ssl_channel_credentials(
-        root_certificates=pki["ca"].cert.read_bytes(),
-        private_key=c.key.read_bytes() if c else None,
-        certificate_chain=c.cert.read_bytes() if c else None,
-    )
 
 
 @pytest.fixture(scope="module")
