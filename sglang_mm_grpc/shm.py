@@ -587,8 +587,9 @@ class ShmArena:
                     need = len([s for s in self._pool if s.nbytes >= size]) < self._pool_segments
                 for s in stale:  # smaller than what is asked for now
                     with self._lock:
-                        if s in self._pool:
-                            self._pool.remove(s)
+                        if s not in self._pool:
+                            continue  # a writer took it meanwhile: it is theirs now
+                        self._pool.remove(s)
                     self._remove(s, "", count=False)
                 if not need or not self._reserve(size):
                     break
