@@ -579,8 +579,8 @@ def bench_stages(models, images, repeat) -> list[dict]:
     patches, which the profile runs pass by pass over whole images)."""
     from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.config import preset_names
-    from sglang_mm_grpc.driver import _new_batch
-    from sglang_mm_grpc.hashing import content_hash
+    from sglang_mm_grpc.pipeline.driver import _new_batch
+    from sglang_mm_grpc.core.hashing import content_hash
     from sglang_mm_grpc.media import enable_in_place_decode
     from sglang_mm_grpc.media.decode import decode_pixels, open_image
 
@@ -842,7 +842,7 @@ def _print_transport(out: dict, inproc: float) -> None:
 
 def bench_server(repeat: int, seconds: float) -> dict:
     from sglang_mm_grpc import Preprocessor
-    from sglang_mm_grpc.assemble import assemble as build_payload
+    from sglang_mm_grpc.wire.assemble import assemble as build_payload
     from sglang_mm_grpc.client import Client
 
     raw = make_image("1280x720")
@@ -887,7 +887,7 @@ def bench_server(repeat: int, seconds: float) -> dict:
 def _client_process(target: str, raw: bytes, threads: int, seconds: float, assemble: bool, ready, start, results) -> None:
     """``threads`` closed-loop clients in one process: puts None on ``ready`` once warm,
     runs ``seconds`` after ``start``, then puts the number of flows done on ``results``."""
-    from sglang_mm_grpc.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.server.allocator import tune_for_large_tensors
     from sglang_mm_grpc.client import Client
 
     tune_for_large_tensors()
@@ -1019,7 +1019,7 @@ def bench_cache(repeat: int) -> dict:
 def bench_controls(repeat: int) -> dict:
     from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.client import Client
-    from sglang_mm_grpc.hashing import content_hash
+    from sglang_mm_grpc.core.hashing import content_hash
     from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
     srv = _Server("--model", SERVER_MODEL)
@@ -1181,7 +1181,7 @@ def main(argv=None) -> int:
     seconds = 4.0 if args.quick else args.seconds
     models = args.model or MODELS
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    from sglang_mm_grpc.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.server.allocator import tune_for_large_tensors
 
     tuned = tune_for_large_tensors()  # as the server does: this process, the servers it starts
     results: dict = {"machine": _machine(tuned)}

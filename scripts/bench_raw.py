@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    from sglang_mm_grpc.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.server.allocator import tune_for_large_tensors
     from sglang_mm_grpc.kernels import amx
 
     tune_for_large_tensors()

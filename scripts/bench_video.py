@@ -153,8 +153,8 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from sglang_mm_grpc import Preprocessor
-    from sglang_mm_grpc.allocator import tune_for_large_tensors
-    from sglang_mm_grpc.carriers import VideoOptions
+    from sglang_mm_grpc.server.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.core.carriers import VideoOptions
     from sglang_mm_grpc.media import video as media_video
 
     tuned = tune_for_large_tensors()  # as the server runs (and bench.py times) ours

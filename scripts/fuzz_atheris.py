@@ -36,13 +36,13 @@ with atheris.instrument_imports(include=["sglang_mm_grpc", "PIL"], exclude=_KERN
 
     from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
     from sglang_mm_grpc.config import resolve
-    from sglang_mm_grpc.driver import Preprocessor
-    from sglang_mm_grpc.errors import PreprocessError
+    from sglang_mm_grpc.pipeline.driver import Preprocessor
+    from sglang_mm_grpc.core.errors import PreprocessError
     from sglang_mm_grpc.media.decode import decode_image
     from sglang_mm_grpc.media.failures import refused
     from sglang_mm_grpc.media.sources import classify, decode_base64, describe
-    from sglang_mm_grpc.servicer import PreprocessorServicer
-    from sglang_mm_grpc.store import HandleStore
+    from sglang_mm_grpc.service.servicer import PreprocessorServicer
+    from sglang_mm_grpc.service.handles import HandleStore
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 

@@ -38,8 +38,9 @@ MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 
 
 def _client_process(target, raw, threads, seconds, ready, start, results) -> None:
-    from sglang_mm_grpc.allocator import tune_for_large_tensors
-    from sglang_mm_grpc.client import Client, pb
+    from sglang_mm_grpc.server.allocator import tune_for_large_tensors
+    from sglang_mm_grpc.client import Client
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
     tune_for_large_tensors()
     # a connection each (grpc would otherwise share one per process), as separate routers would

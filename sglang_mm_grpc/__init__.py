@@ -5,9 +5,9 @@
     out = pp.preprocess([jpeg_bytes], input_ids=None)
 """
 
-from .carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput
-from .driver import Preprocessor
-from .errors import Code, PreprocessError
+from .core.carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput
+from .pipeline.driver import Preprocessor
+from .core.errors import Code, PreprocessError
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ import grpc
 
 import imagegen
 from servers import Server, wait_serving
-from sglang_mm_grpc import owners
+from sglang_mm_grpc.core import owners
 from sglang_mm_grpc.client import Client
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"

@@ -134,7 +134,7 @@ SHM_OWNERS: set[str] = set()
 def shm_owners(args, port: int) -> set[str]:
     """The owner ids a server started with ``args`` names its segments with (with
     ``--processes N`` each process appends ``-p<i>``)."""
-    from sglang_mm_grpc.shm import default_owner_id
+    from sglang_mm_grpc.wire.shm import default_owner_id
 
     args = list(args)
     owner = args[args.index("--shm-owner-id") + 1] if "--shm-owner-id" in args else default_owner_id(port)

@@ -52,7 +52,7 @@ def _args() -> dict[str, str]:
 
 
 def test_the_serve_arguments_parse_with_the_real_parser():
-    from sglang_mm_grpc.cli import build_parser
+    from sglang_mm_grpc.cli.commands import build_parser
 
     args = build_parser().parse_args(["serve", *_container()["args"]])
     assert args.processes == 2 and args.drain_delay_s == 5 and args.grace_s == 30

@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..errors import Code, PreprocessError
+from ..core.errors import Code, PreprocessError
 from ..families import PROCESSORS, ConfigError, Family, build_family
 from . import tokens
 

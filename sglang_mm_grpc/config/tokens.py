@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..families.qwen_video import TIMESTAMP_PIECES
+from ..families.qwen.video import TIMESTAMP_PIECES
 
 #: The split Qwen2's pre-tokenizer pattern makes of numbers: one digit per piece.
 _SINGLE_DIGITS = "|\\p{N}|"

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import inkling, inkling2, llama4, llava, llava_next, phi3v, phi4mm, pixtral, qwen_vl
+from .inkling import inkling, inkling2
+from . import llama4, phi3v, phi4mm, pixtral
+from .llava import llava, next as llava_next
+from .qwen import image as qwen_vl
 from .base import PROCESSORS, Family, FieldLayout, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
 

@@ -19,10 +19,10 @@ from typing import Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from ..carriers import DETAILS, DecodedImage, ImageOptions
-from ..errors import Code, PreprocessError, invalid
-from ..layout import AppliedLayout, Expansion
-from ..positions import MRope
+from ..core.carriers import DETAILS, DecodedImage, ImageOptions
+from ..core.errors import Code, PreprocessError, invalid
+from ..core.layout import AppliedLayout, Expansion
+from ..core.positions import MRope
 from . import batching
 from .hf_keys import ConfigError
 

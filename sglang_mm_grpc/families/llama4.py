@@ -31,9 +31,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage
+from ..core.carriers import DecodedImage
 from ..kernels import bf16, chw, resample_tv, window
-from ..layout import Expansion
+from ..core.layout import Expansion
 from . import hf_keys
 from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..carriers import DecodedImage
-from ..errors import invalid
+from ..core.carriers import DecodedImage
+from ..core.errors import invalid
 from ..kernels import bicubic_f32, resample_pil, totensor, window
-from ..layout import Expansion
+from ..core.layout import Expansion
 from . import batching, hf_keys
 from .base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ItemPlan
 

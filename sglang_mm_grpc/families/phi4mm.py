@@ -39,10 +39,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..carriers import DecodedImage
-from ..errors import invalid
+from ..core.carriers import DecodedImage
+from ..core.errors import invalid
 from ..kernels import bicubic_f32, normalize, resample_tv, window
-from ..layout import Expansion
+from ..core.layout import Expansion
 from . import batching, hf_keys
 from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..carriers import DecodedImage
-from ..errors import invalid
+from ..core.carriers import DecodedImage
+from ..core.errors import invalid
 from ..kernels import chw, normalize, resample_pil
-from ..layout import Expansion
+from ..core.layout import Expansion
 from . import batching, hf_keys
 from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..carriers import DecodedImage
-from ..errors import Code, PreprocessError, invalid
+from ..core.carriers import DecodedImage
+from ..core.errors import Code, PreprocessError, invalid
 from .pillow_buffer import lend_rgbx, rgba_view, rgbx_view
 
 #: Formats decoded by default. MPO is what many phone cameras write (JPEG + previews).

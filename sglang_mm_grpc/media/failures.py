@@ -7,7 +7,7 @@ same shape: ``image 3: https://host/a.png: HTTP 404 Not Found``.
 
 from __future__ import annotations
 
-from ..errors import Code, PreprocessError
+from ..core.errors import Code, PreprocessError
 
 
 class FetchFailure(PreprocessError):

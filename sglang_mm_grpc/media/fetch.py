@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import httpcore
 
-from ..errors import Code, PreprocessError
+from ..core.errors import Code, PreprocessError
 from .budget import ByteBudget
 from .failures import FetchFailure, exhausted, human_bytes, timed_out
 from .remote import HttpFetcher, check_target, parse_http_url

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .budget import ByteBudget
 from .failures import FetchFailure, exhausted, human_bytes, malformed, refused, unavailable
-from ..errors import Code
+from ..core.errors import Code
 
 _READ_CHUNK = 1 << 20  # read in steps, yielding to the loop between them
 

@@ -27,8 +27,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..carriers import VideoMeta
-from ..errors import Code, PreprocessError
+from ..core.carriers import VideoMeta
+from ..core.errors import Code, PreprocessError
 from . import video_index
 
 INSTALL_HINT = ("video needs the `video` extra: pip install 'sglang-mm-grpc[video]' "

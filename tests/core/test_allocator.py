@@ -11,7 +11,7 @@ import pytest
 _PROBE = """
 import resource, sys, threading
 import numpy as np
-from sglang_mm_grpc.allocator import tune_for_large_tensors
+from sglang_mm_grpc.server.allocator import tune_for_large_tensors
 
 tuned = tune_for_large_tensors() if sys.argv[1] == "tune" else None
 out = {}

@@ -117,7 +117,7 @@ def test_stages_section_splits_the_call_into_its_kernels(tmp_path):
 
 def test_bench_is_not_a_cli_subcommand():
     """The package ships no benchmark: it needs test-only packages (transformers, torch)."""
-    from sglang_mm_grpc import cli
+    from sglang_mm_grpc.cli import commands as cli
 
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["bench"])

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sglang_mm_grpc import Code, PreprocessError
-from sglang_mm_grpc.fanout import fan_out
-from sglang_mm_grpc.metrics import WorkCounters
+from sglang_mm_grpc.pipeline.fanout import fan_out
+from sglang_mm_grpc.pipeline.metrics import WorkCounters
 
 
 @pytest.mark.parametrize("workers", [None, 1, 4])

@@ -13,10 +13,10 @@ import pytest
 
 import imagegen
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
-from sglang_mm_grpc.carriers import ImageOptions
+from sglang_mm_grpc.core.carriers import ImageOptions
 from sglang_mm_grpc.config import preset_names, resolve
 from sglang_mm_grpc.families import base
-from sglang_mm_grpc.families.qwen_vl import LOW_DETAIL_TOKENS
+from sglang_mm_grpc.families.qwen.image import LOW_DETAIL_TOKENS
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"

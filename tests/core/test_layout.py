@@ -7,7 +7,7 @@ import pytest
 
 import imagegen
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
-from sglang_mm_grpc.layout import Expansion, apply_layout, placeholder_layout
+from sglang_mm_grpc.core.layout import Expansion, apply_layout, placeholder_layout
 
 IMG = 151655
 

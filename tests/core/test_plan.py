@@ -20,8 +20,8 @@ from PIL import Image
 
 import imagegen
 from sglang_mm_grpc import Preprocessor, PreprocessError
-from sglang_mm_grpc import driver as driver_module
-from sglang_mm_grpc.carriers import ImageOptions
+from sglang_mm_grpc.pipeline import driver as driver_module
+from sglang_mm_grpc.core.carriers import ImageOptions
 from sglang_mm_grpc.config import resolve
 
 SIZES_PER_FAMILY = 60

@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from sglang_mm_grpc.admission import default_max_in_flight
-from sglang_mm_grpc.cli_remote import byte_size, size_text
+from sglang_mm_grpc.service.admission import default_max_in_flight
+from sglang_mm_grpc.cli.remote import byte_size, size_text
 from sglang_mm_grpc.media.policy import FetchPolicy, env_fetch_timeout
-from sglang_mm_grpc.server import ServerConfig
+from sglang_mm_grpc.server.app import ServerConfig
 
 
 def field_default(cls, name: str):
@@ -106,8 +106,8 @@ def test_in_flight_rule_is_admissions(helps):
 
 
 def test_shm_defaults(helps):
-    from sglang_mm_grpc.shm import DEFAULT_BUDGET_CAP, DEFAULT_MIN_BYTES
-    from sglang_mm_grpc.transport import default_min_bytes, default_transport
+    from sglang_mm_grpc.wire.shm import DEFAULT_BUDGET_CAP, DEFAULT_MIN_BYTES
+    from sglang_mm_grpc.service.transport import default_min_bytes, default_transport
 
     assert shown_default(helps["--tensor-transport"]) == f"$SMG_MM_TENSOR_TRANSPORT, else {default_transport(env={})}"
     env, _, fallback = shown_default(helps["--shm-min-bytes"]).partition(", else ")
@@ -133,6 +133,6 @@ def test_size_text_reads_back(n, text):
 
 def test_building_the_parser_imports_no_grpc():
     """The defaults are read only when help is shown: other subcommands stay light."""
-    code = "import sys; from sglang_mm_grpc import cli; cli.build_parser(); print('grpc' in sys.modules)"
+    code = "import sys; from sglang_mm_grpc.cli import commands; commands.build_parser(); print('grpc' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr

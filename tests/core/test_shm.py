@@ -15,7 +15,7 @@ import pytest
 from smg_grpc_proto.generated import vllm_engine_pb2
 from smg_grpc_servicer import mm_shm
 
-from sglang_mm_grpc import shm
+from sglang_mm_grpc.wire import shm
 from sglang_mm_grpc.kernels import wirecast
 
 MiB = 1 << 20

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import imagegen
-from sglang_mm_grpc import Preprocessor, config
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc import config
 from sglang_mm_grpc.media.decode import decode_image
 
 SIZES = [(37, 53), (336, 336), (480, 640), (300, 1400), (1400, 300)]
@@ -35,7 +36,7 @@ def test_process_item_writes_its_whole_slot(model):
 
 def test_a_lone_image_batch_is_not_zeroed_but_padding_is():
     """Batches are zeroed exactly where no slot reaches (padding), never when slots cover them."""
-    from sglang_mm_grpc.driver import _new_batch
+    from sglang_mm_grpc.pipeline.driver import _new_batch
 
     lone = _new_batch((1, 5, 3, 4, 4), [(0, slice(0, 5))])
     assert lone.shape == (1, 5, 3, 4, 4)
@@ -46,7 +47,7 @@ def test_a_lone_image_batch_is_not_zeroed_but_padding_is():
 def test_batches_start_on_a_cache_line():
     """pixel_values starts on a 64-byte boundary, so the kernels' streaming stores cover
     whole cache lines (a 336-float tile row is exactly 21 of them)."""
-    from sglang_mm_grpc.driver import _new_batch
+    from sglang_mm_grpc.pipeline.driver import _new_batch
 
     for shape in [(1, 5, 3, 336, 336), (3996, 1176), (7, 13), (1,)]:
         for _ in range(3):

@@ -18,9 +18,10 @@ import pytest
 from PIL import Image
 
 import imagegen
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError, config
-from sglang_mm_grpc import driver
-from sglang_mm_grpc.driver import DEFAULT_MAX_IMAGE_TOKENS
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc import config
+from sglang_mm_grpc.pipeline import driver
+from sglang_mm_grpc.pipeline.driver import DEFAULT_MAX_IMAGE_TOKENS
 from sglang_mm_grpc.media.decode import decode_image, open_image
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
@@ -195,7 +196,7 @@ def test_a_refused_12_megapixel_photo_adds_no_memory():
 
 def test_local_cli_takes_the_budget(tmp_path, capsys):
     """``preprocess --max-image-tokens N`` in-process: the model's budget for the run."""
-    from sglang_mm_grpc.cli import main
+    from sglang_mm_grpc.cli.commands import main
 
     img = tmp_path / "a.png"
     img.write_bytes(imagegen.png(40, 80, seed=10))  # Inkling: 1 row of 80 // 40 + 1 = 3 patches

@@ -10,7 +10,8 @@ import pytest
 from numba.core.dispatcher import Dispatcher
 
 import imagegen
-from sglang_mm_grpc import Preprocessor, config
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc import config
 
 
 def _compiled() -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""The kernels know no models (docs/DESIGN.md): no kernel source names a model or a model
+"""The kernels know no models (docs/ARCHITECTURE.md): no kernel source names a model or a model
 family, in identifiers, docstrings, comments or messages. Each operation is described by
 what it computes; which family uses it is the family's business."""
 

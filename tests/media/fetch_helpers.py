@@ -10,7 +10,7 @@ import httpcore
 import pytest
 
 from media_servers import Log
-from sglang_mm_grpc.errors import PreprocessError
+from sglang_mm_grpc.core.errors import PreprocessError
 from sglang_mm_grpc.media import FetchPolicy, MediaFetcher
 
 

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import imagegen
-from sglang_mm_grpc.errors import Code, PreprocessError
+from sglang_mm_grpc.core.errors import Code, PreprocessError
 from sglang_mm_grpc.media.decode import DEFAULT_MAX_PIXELS, decode_image
 
 

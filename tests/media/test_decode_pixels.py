@@ -17,7 +17,7 @@ import pytest
 from PIL import Image, ImageOps
 
 import imagegen
-from sglang_mm_grpc.errors import PreprocessError
+from sglang_mm_grpc.core.errors import PreprocessError
 from sglang_mm_grpc.media import decode
 from sglang_mm_grpc.media.decode import decode_image
 from sglang_mm_grpc.media.pillow_buffer import enable_in_place_decode, lend_rgbx, rgbx_view

@@ -14,7 +14,7 @@ import pytest
 
 from fetch_helpers import fetch, fetch_error
 from media_servers import payload, serve
-from sglang_mm_grpc.errors import Code
+from sglang_mm_grpc.core.errors import Code
 from sglang_mm_grpc.media import FetchPolicy
 
 MiB = 1 << 20

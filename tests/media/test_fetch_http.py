@@ -13,7 +13,7 @@ import pytest
 
 from fetch_helpers import DialRecorder, fetch, fetch_error, make_fetcher
 from media_servers import closed_port, payload
-from sglang_mm_grpc.errors import Code, PreprocessError
+from sglang_mm_grpc.core.errors import Code, PreprocessError
 from sglang_mm_grpc.media import FetchPolicy
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from fetch_helpers import make_fetcher
 from media_servers import closed_port
-from sglang_mm_grpc.errors import PreprocessError
+from sglang_mm_grpc.core.errors import PreprocessError
 from sglang_mm_grpc.media import FetchPolicy
 
 MiB = 1 << 20

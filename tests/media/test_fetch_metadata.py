@@ -13,7 +13,7 @@ import pytest
 
 from fetch_helpers import DialRecorder, fetch, fetch_error, static_resolver
 from media_servers import payload
-from sglang_mm_grpc.errors import Code
+from sglang_mm_grpc.core.errors import Code
 from sglang_mm_grpc.media import FetchPolicy
 from sglang_mm_grpc.media.ssrf import METADATA_ADDRESSES, address_refusal, metadata_reason
 
@@ -106,7 +106,7 @@ def test_refusals_are_counted_as_metadata(origin):
     import asyncio
 
     from fetch_helpers import make_fetcher
-    from sglang_mm_grpc.errors import PreprocessError
+    from sglang_mm_grpc.core.errors import PreprocessError
 
     async def go():
         async with make_fetcher(PRIVATE) as fetcher:

@@ -9,7 +9,7 @@ import pytest
 
 from fetch_helpers import fetch, fetch_error, static_resolver
 from media_servers import OriginHandler, make_cert, payload, serve, tls_server_context
-from sglang_mm_grpc.errors import Code
+from sglang_mm_grpc.core.errors import Code
 from sglang_mm_grpc.media import FetchPolicy
 from sglang_mm_grpc.media.proxy import NoProxyRule, ProxyConfig
 

@@ -14,7 +14,7 @@ import pytest
 
 from fetch_helpers import DialRecorder, fetch, fetch_error, make_fetcher, static_resolver
 from media_servers import OriginHandler, make_cert, payload, serve, tls_server_context
-from sglang_mm_grpc.errors import Code, PreprocessError
+from sglang_mm_grpc.core.errors import Code, PreprocessError
 from sglang_mm_grpc.media import FetchPolicy
 from sglang_mm_grpc.media.ssrf import refusal_reason
 

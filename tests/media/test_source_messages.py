@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fetch_helpers import fetch_error
-from sglang_mm_grpc.errors import Code
+from sglang_mm_grpc.core.errors import Code
 from sglang_mm_grpc.media import FetchPolicy
 from sglang_mm_grpc.media.sources import describe
 

@@ -29,7 +29,7 @@ import imagegen  # noqa: E402
 from reference import INKLING_TOKENS, inkling_prompt, inkling_reference, reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
-from sglang_mm_grpc.families import inkling2  # noqa: E402
+from sglang_mm_grpc.families.inkling import inkling2  # noqa: E402
 from sglang_mm_grpc.media.decode import decode_image  # noqa: E402
 
 SMALL, MINI = "thinkingmachines/Inkling-2-Small-MXFP8", "thinkingmachines/Inkling-2-Mini"

@@ -24,7 +24,7 @@ from harness import each_size  # noqa: E402
 from reference import INKLING_TOKENS, inkling_prompt, inkling_reference, reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
-from sglang_mm_grpc.families import inkling  # noqa: E402
+from sglang_mm_grpc.families.inkling import inkling  # noqa: E402
 
 INKLING = "thinkingmachines/Inkling"
 BIG = {"max_image_tokens": 1 << 20}  # the 8000x6000 photos (30150 patches) are over the default budget

@@ -32,7 +32,7 @@ from harness import each_kind, each_mode, each_size
 from reference import reference_input
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.families.inkling import rescaled_size
+from sglang_mm_grpc.families.inkling.inkling import rescaled_size
 
 INKLING = "thinkingmachines/Inkling"
 BIG = {"max_image_tokens": 1 << 20}

@@ -243,7 +243,7 @@ PROMPT = "hello <|image|> describe these <|image|> world"
 def _expand(pp, out, prompt_ids):
     """The driver's layout step over ``<|image|>`` placeholders, given a request's
     expansions (made with the default one-placeholder-per-image ids)."""
-    from sglang_mm_grpc.layout import Expansion, apply_layout, placeholder_layout
+    from sglang_mm_grpc.core.layout import Expansion, apply_layout, placeholder_layout
 
     expansions = [Expansion(out.input_ids[o:o + n], PATCH) for o, n in out.structural_ranges]
     return apply_layout(placeholder_layout(prompt_ids, pp.family.placeholder_token_id, expansions))

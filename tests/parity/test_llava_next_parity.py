@@ -18,7 +18,7 @@ import imagegen
 from reference import llava_reference, run_reference
 from sglang_mm_grpc import Code, Preprocessor
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.families.llava_next import DEFAULT_PINPOINTS
+from sglang_mm_grpc.families.llava.next import DEFAULT_PINPOINTS
 
 PRESET = "llava-hf/llava-v1.6-mistral-7b-hf"
 IMAGE = 32000

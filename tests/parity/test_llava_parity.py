@@ -183,6 +183,6 @@ def test_family_selection(pre, cfg, family):
     ({"image_processor_type": "LlavaNextImageProcessor"}, {"model_type": "granite4_vision"}),
 ])
 def test_not_claimed(pre, cfg):
-    from sglang_mm_grpc.families import llava, llava_next
+    from sglang_mm_grpc.families.llava import llava, next as llava_next
 
     assert not llava.matches(pre, cfg) and not llava_next.matches(pre, cfg)

@@ -16,9 +16,9 @@ import harness
 import imagegen
 from reference import qwen_reference, reference_input
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
-from sglang_mm_grpc.carriers import ImageOptions
+from sglang_mm_grpc.core.carriers import ImageOptions
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.families.qwen_vl import LOW_DETAIL_TOKENS
+from sglang_mm_grpc.families.qwen.image import LOW_DETAIL_TOKENS
 
 PRESETS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
 OPTIONS = [

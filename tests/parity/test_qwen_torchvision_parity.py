@@ -118,7 +118,7 @@ def test_box_and_hamming_have_no_torchvision_form(tmp_path, resample):
 
 
 def test_cli_preprocess_resample(tmp_path, capsys):
-    from sglang_mm_grpc.cli import main
+    from sglang_mm_grpc.cli.commands import main
 
     img = tmp_path / "a.png"
     img.write_bytes(imagegen.png(40, 60, seed=2))

@@ -76,7 +76,7 @@ def test_qwen_raw_options_and_cache(qwen):
     pp, ref, _src = qwen
     cached = Preprocessor.from_model(pp.name)
     raw = imagegen.jpeg(300, 400, seed=5)
-    from sglang_mm_grpc.carriers import ImageOptions
+    from sglang_mm_grpc.core.carriers import ImageOptions
 
     ours = pp.preprocess([raw], raw=True, options=ImageOptions(max_pixels=200_000))
     want = ref([reference_input(raw)], return_tensors="np", max_pixels=200_000, **RAW)

@@ -26,7 +26,7 @@ import procs
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.errors import Code, PreprocessError
+from sglang_mm_grpc.core.errors import Code, PreprocessError
 from sglang_mm_grpc.media.decode import decode_image
 from sglang_mm_grpc.media.sources import classify, decode_base64, describe
 

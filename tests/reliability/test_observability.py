@@ -14,7 +14,7 @@ import imagegen
 import procs
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
-from sglang_mm_grpc.metrics import STAGES
+from sglang_mm_grpc.pipeline.metrics import STAGES
 
 IMAGE = imagegen.jpeg(240, 320, seed=4)
 

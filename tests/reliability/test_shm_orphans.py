@@ -23,7 +23,7 @@ import pytest
 
 import imagegen
 import procs
-from sglang_mm_grpc import shm
+from sglang_mm_grpc.wire import shm
 from sglang_mm_grpc.client import Client, payload_options
 
 SHM_ALL = payload_options(transport="shm", shm_min_bytes=0)

@@ -103,7 +103,7 @@ _LIVE_SUPERVISOR = textwrap.dedent("""
 
 
 def test_start_up_sweep_leaves_live_and_recordless_directories(tmp_path):
-    from sglang_mm_grpc import processes
+    from sglang_mm_grpc.server import supervisor as processes
 
     root = tmp_path / "tmp"
     root.mkdir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import procs
-from sglang_mm_grpc.transport_warmup import warm_transport
+from sglang_mm_grpc.server.transport_warmup import warm_transport
 
 
 def test_warm_transport_round_trips_the_bytes():

@@ -22,8 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from certs import channel_credentials as _creds, make_pki
 from servers import Server, free_port
-from sglang_mm_grpc import owners
-from sglang_mm_grpc.endpoints import Endpoints
+from sglang_mm_grpc.core import owners
+from sglang_mm_grpc.client.endpoints import Endpoints
 
 LLAVA = "llava-hf/llava-1.5-7b-hf"
 TOKEN = "hardening-token-for-tests"
@@ -132,8 +132,8 @@ def test_a_stalled_metrics_client_holds_up_no_one(server, pki):
 
 
 def test_metrics_listen_on_loopback_whatever_the_host(server, monkeypatch):
-    import sglang_mm_grpc.server as server_module
-    from sglang_mm_grpc.cli import main
+    import sglang_mm_grpc.server.app as server_module
+    from sglang_mm_grpc.cli.commands import main
 
     seen = []
     monkeypatch.setattr(server_module, "run", lambda config: seen.append(config) or 0)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 UPSTREAM = "import smg_grpc_proto.generated.vllm_engine_pb2, smg_grpc_proto.generated.tokenspeed_scheduler_pb2"
-OURS = "import sglang_mm_grpc._proto.sglang_mm.v1.preprocessor_pb2, sglang_mm_grpc.client, sglang_mm_grpc.assemble"
+OURS = "import sglang_mm_grpc._proto.sglang_mm.v1.preprocessor_pb2, sglang_mm_grpc.client, sglang_mm_grpc.wire.assemble"
 CHECK = """
 import warnings
 from smg_grpc_proto.generated import sglang_scheduler_pb2, tokenspeed_scheduler_pb2, trtllm_service_pb2, vllm_engine_pb2

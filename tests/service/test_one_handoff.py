@@ -10,7 +10,7 @@ import grpc
 import imagegen
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
-from sglang_mm_grpc.server import Server, ServerConfig
+from sglang_mm_grpc.server.app import Server, ServerConfig
 
 MODEL = "llava-hf/llava-1.5-7b-hf"
 IMAGE = 32000

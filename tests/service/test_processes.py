@@ -18,11 +18,11 @@ import pytest
 
 import imagegen
 from servers import LOOPBACK, Server, run_cli, wait_serving, wait_until
-from sglang_mm_grpc import owners
+from sglang_mm_grpc.core import owners
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from sglang_mm_grpc.client import payload_arrays
-from sglang_mm_grpc.siblings import PROCESSES, SCOPE, merge_stats
+from sglang_mm_grpc.server.siblings import PROCESSES, SCOPE, merge_stats
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 OWN = LOOPBACK + [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 256 << 20)]

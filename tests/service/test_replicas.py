@@ -16,7 +16,7 @@ import pytest
 import imagegen
 from replica_drill import MODEL, drill, start_replicas
 from servers import LOOPBACK, Server, wait_until
-from sglang_mm_grpc import owners
+from sglang_mm_grpc.core import owners
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from sglang_mm_grpc.client import Client

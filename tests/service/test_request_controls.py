@@ -19,9 +19,9 @@ import imagegen
 from servers import Server, health, run_cli
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from sglang_mm_grpc.carriers import ImageOptions
+from sglang_mm_grpc.core.carriers import ImageOptions
 from sglang_mm_grpc.client import Client, image_options, media_item, missing_media, payload_arrays
-from sglang_mm_grpc.hashing import content_hash
+from sglang_mm_grpc.core.hashing import content_hash
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 INKLING = "thinkingmachines/Inkling"

@@ -14,7 +14,9 @@ import pytest
 
 import imagegen
 from service_support import item_rows, prompt, wire_array
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError, assemble as asm, config, tensors, wire
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc.wire import assemble as asm, tensors, serialize as wire
+from sglang_mm_grpc import config
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
 BACKENDS = ("sglang", "vllm", "trtllm", "tokenspeed")

@@ -1,13 +1,14 @@
 """``serve``'s media flags become the FetchPolicy and ServerConfig the server runs with
-(the server itself is not started: ``server.run`` is replaced to capture the config)."""
+(the server itself is not started: ``launch.run`` is replaced to capture the config)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sglang_mm_grpc import cli, server
-from sglang_mm_grpc.cli_remote import byte_size
-from sglang_mm_grpc.driver import DEFAULT_MAX_IMAGE_TOKENS
+from sglang_mm_grpc.cli import commands as cli
+from sglang_mm_grpc.server import launch
+from sglang_mm_grpc.cli.remote import byte_size
+from sglang_mm_grpc.pipeline.driver import DEFAULT_MAX_IMAGE_TOKENS
 from sglang_mm_grpc.media.decode import DEFAULT_MAX_PIXELS
 
 
@@ -21,7 +22,7 @@ def serve(monkeypatch):
         got.append(config)
         return 0
 
-    monkeypatch.setattr(server, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
 
     def go(*argv):
         rc = cli.main(["serve", *argv])

@@ -9,9 +9,10 @@ import pytest
 import blake3
 from smg_grpc_proto.generated import common_pb2
 
-from sglang_mm_grpc import Code, PreprocessError, assemble as asm, tensors
+from sglang_mm_grpc import Code, PreprocessError
+from sglang_mm_grpc.wire import assemble as asm, tensors
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from sglang_mm_grpc.carriers import ImageResult, PreprocessOutput
+from sglang_mm_grpc.core.carriers import ImageResult, PreprocessOutput
 from sglang_mm_grpc.families import FieldLayout
 from sglang_mm_grpc.kernels import bf16
 

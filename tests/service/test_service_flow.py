@@ -16,7 +16,7 @@ import pytest
 import imagegen
 from service_support import (BACKENDS, NAMED, PIXTRAL, QWEN2, QWEN3, expected_sglang, expected_tokenspeed,
                              expected_trtllm, expected_vllm, generate, prompt, without)
-from sglang_mm_grpc import tensors
+from sglang_mm_grpc.wire import tensors
 _CORPUS = imagegen.modes_corpus()
 CASES = {
     "one": [imagegen.png(100, 150, seed=1)],

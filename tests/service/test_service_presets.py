@@ -18,7 +18,8 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as vl
 
 import imagegen
 from service_support import expected_sglang, expected_tokenspeed, expected_trtllm, expected_vllm, prompt, without
-from sglang_mm_grpc import Code, Preprocessor, PreprocessError, assemble
+from sglang_mm_grpc import Code, Preprocessor, PreprocessError
+from sglang_mm_grpc.wire import assemble
 from sglang_mm_grpc.config import preset_names
 from stub_backends import sglang_stub, tokenspeed_stub, trtllm_stub, vllm_stub
 

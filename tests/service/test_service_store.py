@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sglang_mm_grpc.store import EVICTED, EXPIRED, RELEASED, UNKNOWN, HandleStore, TooLarge
+from sglang_mm_grpc.service.handles import EVICTED, EXPIRED, RELEASED, UNKNOWN, HandleStore, TooLarge
 
 
 class Clock:

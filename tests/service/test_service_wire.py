@@ -20,7 +20,7 @@ from smg_grpc_proto.generated import vllm_engine_pb2 as vl
 
 import imagegen
 from service_support import QWEN2, prompt
-from sglang_mm_grpc import tensors
+from sglang_mm_grpc.wire import tensors
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
 RAWS = [imagegen.jpeg(120, 200, seed=31), imagegen.png(50, 70, seed=32)]

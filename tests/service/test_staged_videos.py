@@ -31,7 +31,7 @@ from servers import Server, wait_until  # noqa: E402
 from service_support import (expected_tokenspeed_with_videos, expected_vllm_with_videos, generate,  # noqa: E402
                              qwen_prompt, without)
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
 from sglang_mm_grpc.client import Client, payload_options, video_options  # noqa: E402
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"

@@ -19,7 +19,7 @@ from servers import REPO, Server
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
 from sglang_mm_grpc.client import Client
-from sglang_mm_grpc.gate import load_tokens
+from sglang_mm_grpc.server.gate import load_tokens
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 TOKEN = "s3cret-token-for-tests"

@@ -23,7 +23,7 @@ from service_support import (expected_tokenspeed_with_videos, expected_vllm_with
                              without)
 from test_wire_current import UPSTREAM, no_unknown_fields, transports  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
 from sglang_mm_grpc.client import Client, payload_options, video_options  # noqa: E402
 
 MODELS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]

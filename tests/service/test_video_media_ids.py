@@ -22,7 +22,7 @@ from service_support import qwen_prompt as ids  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc.client import (Client, missing_media, missing_videos, video_item,  # noqa: E402
                                    video_options)
-from sglang_mm_grpc.hashing import content_hash  # noqa: E402
+from sglang_mm_grpc.core.hashing import content_hash  # noqa: E402
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]

@@ -22,9 +22,9 @@ from smg_grpc_proto.generated import vllm_engine_pb2
 import imagegen
 from service_support import (QWEN2, expected_tokenspeed_with_videos, expected_vllm_with_videos, generate, prompt,
                              without)
-from sglang_mm_grpc import assemble as asm
-from sglang_mm_grpc.carriers import VideoResult
-from sglang_mm_grpc.errors import PreprocessError
+from sglang_mm_grpc.wire import assemble as asm
+from sglang_mm_grpc.core.carriers import VideoResult
+from sglang_mm_grpc.core.errors import PreprocessError
 from sglang_mm_grpc.families.base import FieldLayout
 
 VIDEO_TOKEN = 151656

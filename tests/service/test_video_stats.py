@@ -21,11 +21,11 @@ import imagegen  # noqa: E402
 import videogen  # noqa: E402
 from servers import Server, free_port  # noqa: E402
 from service_support import QWEN_VIDEO as VIDEO_TOKEN, qwen_prompt as ids  # noqa: E402
-from sglang_mm_grpc import siblings  # noqa: E402
+from sglang_mm_grpc.server import siblings  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc.client import Client, video_options  # noqa: E402
-from sglang_mm_grpc.hashing import content_hash  # noqa: E402
-from sglang_mm_grpc.metrics import VIDEO_STAGES  # noqa: E402
+from sglang_mm_grpc.core.hashing import content_hash  # noqa: E402
+from sglang_mm_grpc.pipeline.metrics import VIDEO_STAGES  # noqa: E402
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 LLAVA = "llava-hf/llava-1.5-7b-hf"

@@ -15,9 +15,9 @@ pytest.importorskip("av")
 import videogen  # noqa: E402
 
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.cache import PreprocessCache  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
-from sglang_mm_grpc.errors import PreprocessError  # noqa: E402
+from sglang_mm_grpc.pipeline.cache import PreprocessCache  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.errors import PreprocessError  # noqa: E402
 from sglang_mm_grpc.media.video import VideoLimits  # noqa: E402
 
 QWEN2, QWEN3 = "Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"

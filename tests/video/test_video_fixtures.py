@@ -16,7 +16,7 @@ pytest.importorskip("av")
 
 from device_norm import device_normalize  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
 
 FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "qwen_video.json").read_text())
 CLIPS = {n: base64.b64decode(c["base64"]) for n, c in FIXTURE["clips"].items()}

@@ -17,8 +17,8 @@ pytest.importorskip("av")
 import videogen  # noqa: E402
 
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
-from sglang_mm_grpc.errors import PreprocessError  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.errors import PreprocessError  # noqa: E402
 from sglang_mm_grpc.media import video as media_video  # noqa: E402
 from sglang_mm_grpc.media.video import VideoLimits  # noqa: E402
 
@@ -143,9 +143,9 @@ def test_token_budget_refuses_before_decoding(pp):
 
 
 def test_a_10s_720p_clip_at_2fps_fits_the_default_budget(pp):
-    from sglang_mm_grpc.carriers import VideoMeta
-    from sglang_mm_grpc.families import qwen_video
-    from sglang_mm_grpc.video_driver import DEFAULT_MAX_VIDEO_TOKENS
+    from sglang_mm_grpc.core.carriers import VideoMeta
+    from sglang_mm_grpc.families.qwen import video as qwen_video
+    from sglang_mm_grpc.pipeline.video_driver import DEFAULT_MAX_VIDEO_TOKENS
 
     meta = VideoMeta(300, 30.0, 10.0, 720, 1280)
     for model in ("Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"):
@@ -175,7 +175,7 @@ def test_without_av_video_is_failed_precondition_and_the_package_imports():
         "import importlib.util as u; real = u.find_spec\n"
         "u.find_spec = lambda n, *a: None if n == 'av' else real(n, *a)\n"
         "from sglang_mm_grpc import Preprocessor\n"
-        "from sglang_mm_grpc.errors import PreprocessError\n"
+        "from sglang_mm_grpc.core.errors import PreprocessError\n"
         "pp = Preprocessor.from_model('Qwen/Qwen2-VL-7B-Instruct')\n"
         "try:\n    pp.preprocess([], videos=[b'x'])\nexcept PreprocessError as e:\n    print(e.code.value, e.message)\n"
     )

@@ -18,8 +18,8 @@ from servers import LOOPBACK, Server  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb  # noqa: E402
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc  # noqa: E402
-from sglang_mm_grpc.carriers import VideoOptions  # noqa: E402
-from sglang_mm_grpc.errors import PreprocessError  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoOptions  # noqa: E402
+from sglang_mm_grpc.core.errors import PreprocessError  # noqa: E402
 from sglang_mm_grpc.media import video as media_video  # noqa: E402
 
 QWEN2, QWEN3 = "Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"

@@ -18,8 +18,8 @@ import hf_video as hf  # noqa: E402
 import videogen  # noqa: E402
 
 from sglang_mm_grpc import Preprocessor  # noqa: E402
-from sglang_mm_grpc.carriers import VideoMeta, VideoOptions  # noqa: E402
-from sglang_mm_grpc.families import qwen_video  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoMeta, VideoOptions  # noqa: E402
+from sglang_mm_grpc.families.qwen import video as qwen_video  # noqa: E402
 from sglang_mm_grpc.media import video as media_video  # noqa: E402
 
 CLIPS = {

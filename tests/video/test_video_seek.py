@@ -19,8 +19,8 @@ av = pytest.importorskip("av")
 import seek_clips  # noqa: E402
 import videogen  # noqa: E402
 
-from sglang_mm_grpc.carriers import VideoMeta  # noqa: E402
-from sglang_mm_grpc.errors import Code, PreprocessError  # noqa: E402
+from sglang_mm_grpc.core.carriers import VideoMeta  # noqa: E402
+from sglang_mm_grpc.core.errors import Code, PreprocessError  # noqa: E402
 from sglang_mm_grpc.media import h264, hevc  # noqa: E402
 from sglang_mm_grpc.media import video as media_video  # noqa: E402
 
