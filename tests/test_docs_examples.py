@@ -3,8 +3,8 @@
 ``bash`` and ``python`` blocks run in order, per document, in one scratch directory
 (README first: it makes the sample image the others use), with the project's
 ``sglang-mm-grpc``, ``python`` and ``python3`` first on PATH (and ``.venv`` there, as in a
-checkout), against a server this test
-starts on 127.0.0.1:50061 (the address the examples use). A block fails the test when
+checkout), against a server this test starts on a free port: the address the examples
+use (``127.0.0.1:50061``, the default) is replaced by it. A block fails the test when
 it exits non-zero. Blocks in other languages (text, json, proto, yaml) are not code to
 run. A block may be skipped only by a marker on the line before its fence that names
 what it needs and this machine lacks:
@@ -29,13 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from servers import REPO, Proc, health, wait_serving
+from servers import REPO, Proc, free_port, health, wait_serving
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"<!--\s*example:\s*(needs (network|grpcurl|docker|kubernetes)|covered by tests/\S+)\s*-->")
-TARGET = "127.0.0.1:50061"
+DOCUMENTED = re.compile(r"\b(127\.0\.0\.1|localhost):50061\b")
+PORT = free_port()
+TARGET = f"127.0.0.1:{PORT}"
 
 
 def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
@@ -75,7 +77,7 @@ def workdir(tmp_path_factory) -> Path:
     """The scratch directory the examples run in, with the server they talk to."""
     work = tmp_path_factory.mktemp("examples")
     (work / ".venv").symlink_to(sys.prefix)  # "source .venv/bin/activate", as beside a checkout
-    server = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", TARGET.split(":")[1],
+    server = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(PORT),
                    "--workers", "2"], work / "server.log")
     try:
         wait_serving(TARGET, server, timeout=300)
@@ -88,6 +90,7 @@ def workdir(tmp_path_factory) -> Path:
 def _env(work: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["SGLANG_MM_GRPC_TARGET"] = TARGET  # where `sglang-mm-grpc call` goes without --target
     return env
 
 
@@ -102,6 +105,7 @@ def test_example_runs_as_written(workdir, doc, block):
     if reason:
         pytest.skip(f"{doc.relative_to(REPO)}:{line} {reason}")
     assert health(TARGET) == "SERVING"
+    code = DOCUMENTED.sub(lambda m: f"{m.group(1)}:{PORT}", code)
     argv = ["bash", "-euo", "pipefail", "-c", code] if RUNNABLE[lang] == "bash" else [sys.executable, "-c", code]
     r = subprocess.run(argv, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{doc.relative_to(REPO)}:{line} exited {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
