@@ -15,6 +15,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 # Sent to the server as they are (it refuses schemes it does not fetch); the rest are files read here.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")
@@ -305,7 +306,7 @@ def serve_defaults() -> dict[str, str]:
     from ..media.policy import DEFAULT_FETCH_TIMEOUT_S, FetchPolicy
     from ..server.app import ServerConfig
 
-    values = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
     values["fetch_timeout_s"] = DEFAULT_FETCH_TIMEOUT_S  # a default_factory ($REQUEST_TIMEOUT or this)
     shown = {}
     for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS):
@@ -590,6 +591,7 @@ def run_remote_preprocess(args) -> int:
         f"{len(resp.input_ids)} input ids; fetch {t.fetch_ms:.1f} ms, decode {t.decode_ms:.1f} ms, "
         f"process {t.process_ms:.1f} ms, total {t.total_ms:.1f} ms (server side)"
     )
+    arrays: dict[str, Any]  # np.savez's keywords: names to arrays
     if backend:
         arrays = payload_arrays(resp.payload)
         shapes = {k: f"{v.dtype}{list(v.shape)}" for k, v in arrays.items()}

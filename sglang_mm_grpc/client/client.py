@@ -33,7 +33,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 import grpc
 import numpy as np
@@ -61,7 +61,7 @@ MISSING_MEDIA_KEY = "sglang-mm-missing-media"
 MISSING_VIDEOS_KEY = "sglang-mm-missing-videos"
 
 
-def backend_value(backend) -> int:
+def backend_value(backend) -> pb.Backend:
     """``"sglang"`` / ``"BACKEND_SGLANG"`` / the enum number -> the enum number."""
     if backend is None:
         return pb.BACKEND_UNSPECIFIED
@@ -70,7 +70,7 @@ def backend_value(backend) -> int:
         if key not in _BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(_BACKENDS)}")
         return _BACKENDS[key]
-    return int(backend)
+    return cast("pb.Backend", int(backend))  # an enum number (the message checks nothing more)
 
 
 def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None = None,
@@ -89,9 +89,11 @@ def payload_options(pixel_dtype=None, transport=None, shm_min_bytes: int | None 
             raise ValueError(f"worker_info must be a vLLM or TokenSpeed GetServerInfoResponse, not {name}")
         getattr(opts, field).CopyFrom(worker_info)
     if pixel_dtype is not None:
-        opts.pixel_dtype = _DTYPES[pixel_dtype.lower()] if isinstance(pixel_dtype, str) else int(pixel_dtype)
+        opts.pixel_dtype = (_DTYPES[pixel_dtype.lower()] if isinstance(pixel_dtype, str)
+                            else cast("pb.WireDtype", int(pixel_dtype)))
     if transport is not None:
-        opts.transport = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
+        opts.transport = (_TRANSPORTS[transport.lower()] if isinstance(transport, str)
+                          else cast("pb.TensorTransport", int(transport)))
     if shm_min_bytes is not None:
         opts.shm_min_bytes = int(shm_min_bytes)
     return opts
@@ -110,7 +112,7 @@ def image_options(min_pixels: int | None = None, max_pixels: int | None = None, 
             if detail.lower() not in _DETAILS:
                 raise ValueError(f"unknown detail {detail!r}; use one of {', '.join(_DETAILS)}")
             detail = _DETAILS[detail.lower()]
-        opts.detail = int(detail)
+        opts.detail = cast("pb.Detail", int(detail))
     return opts
 
 
@@ -124,7 +126,11 @@ def video_options(fps: float | None = None, num_frames: int | None = None, min_f
     sampled per second or exactly ``num_frames``, bounds on the frame count, each frame's
     pixel bounds, and the most tokens the whole video may expand into (docs/VIDEO.md)."""
     values = dict(zip(_VIDEO_FIELDS, (fps, num_frames, min_frames, max_frames, min_pixels, max_pixels, max_tokens)))
-    return pb.VideoOptions(**{k: (float(v) if k == "fps" else int(v)) for k, v in values.items() if v is not None})
+    opts = pb.VideoOptions()
+    for name, value in values.items():
+        if value is not None:
+            setattr(opts, name, float(value) if name == "fps" else int(value))
+    return opts
 
 
 def _video_options_message(options) -> pb.VideoOptions | None:

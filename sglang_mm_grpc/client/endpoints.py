@@ -69,7 +69,7 @@ def resolve_all(target: str) -> list[str]:
     host, _, port = target.rpartition(":")
     host = host.strip("[]")
     infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-    addresses = dict.fromkeys(info[4][0] for info in infos)
+    addresses = dict.fromkeys(str(info[4][0]) for info in infos)
     return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses]
 
 
@@ -206,7 +206,7 @@ class Endpoints:
         """``method`` on the next healthy endpoint; on to the next one when it cannot be
         reached (only with several targets)."""
         candidates = self.order()
-        last = None
+        last: Exception | None = None
         for ep in candidates:
             try:
                 resp, call = getattr(ep.stub, method).with_call(request, timeout=timeout)
@@ -219,6 +219,8 @@ class Endpoints:
                 continue
             ep.learn(call)
             return resp
+        if last is None:  # no candidate (every one either answers, raises or sets ``last``)
+            raise ValueError("no target to call")
         raise last
 
     def for_owner(self, handle: str) -> list[Endpoint]:
@@ -242,7 +244,7 @@ class Endpoints:
         if not candidates:
             owner = owners.owner_of(handle)
             raise ValueError(f"no target serves replica {owner.replica if owner else '?'}, which owns this handle")
-        last = None
+        last: Exception | None = None
         for ep in candidates:
             try:
                 resp, call = getattr(ep.stub, method).with_call(request, timeout=timeout)
@@ -254,6 +256,8 @@ class Endpoints:
                 raise
             ep.learn(call)
             return resp
+        if last is None:  # no candidate (every one either answers, raises or sets ``last``)
+            raise ValueError("no target to call")
         raise last
 
     def close(self) -> None:

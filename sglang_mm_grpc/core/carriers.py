@@ -47,6 +47,29 @@ class DecodedImage:
         return int(self.pixels.shape[1])
 
 
+@dataclass(frozen=True)
+class FieldLayout:
+    """How vLLM splits each tensor into items: batched on dim 0, or flat by a sizes tensor.
+
+    Tensors in neither are shared across items. The rest is what vLLM's model code for
+    the checkpoint declares (each family cites it): the payload carries these facts, the
+    wire layer never looks them up.
+    """
+
+    batched: tuple[str, ...] = ()
+    flat: dict[str, str] = field(default_factory=dict)
+    #: Tensors vLLM keeps on the CPU (``keep_on_cpu=True`` in the model's
+    #: ``MultiModalFieldConfig``), sent as ``keep_on_cpu_keys``.
+    keep_on_cpu: tuple[str, ...] = ()
+    #: The model's forward kwarg for ``pixel_values`` (vLLM ``encoder_input_key``).
+    encoder_input_key: str = "pixel_values"
+    #: The sizes tensor that vLLM's own processor crops each item of ``pixel_values`` to
+    #: before batching, a step the gRPC servicer does not run: a payload whose items are
+    #: padded cannot be split for such a model (None: items are never padded, or the
+    #: model itself ignores the padding).
+    unpadded_by: str | None = None
+
+
 #: OpenAI's ``detail`` values a request may give (``ImageOptions.detail``).
 DETAILS = ("auto", "low", "high")
 

@@ -8,6 +8,7 @@ Qwen3-VL's videos come as one item per frame group (t = 1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, SupportsFloat
 
 import numpy as np
 
@@ -22,7 +23,14 @@ class MRope:
     delta: int  # max position + 1 - length (the offset of positions after the prompt)
 
 
-def mrope_positions(length: int, items, merge: int) -> MRope:
+#: One item of M-RoPE (an image, a video or one of its frame groups): its token span
+#: (offset, count), its (t, h, w) patch grid and its temporal interval (a float32, or
+#: None: t advances by 1).
+RopeSpan = tuple[int, int, tuple[int, int, int], SupportsFloat | None]
+
+
+def mrope_positions(length: int, items: Iterable[RopeSpan | tuple[int, int, tuple[int, int, int]]],
+                    merge: int) -> MRope:
     """positions int64 [3, length] and delta = max + 1 - length.
 
     ``items``: per image or video, in prompt order, ``(offset, count, (t, h, w))`` or

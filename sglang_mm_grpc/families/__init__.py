@@ -5,26 +5,30 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Callable, Generic
 
+from ..core.carriers import FieldLayout
 from .inkling import inkling, inkling2
 from . import llama4, phi3v, phi4mm, pixtral
 from .llava import llava, next as llava_next
 from .qwen import image as qwen_vl
-from .base import PROCESSORS, Family, FieldLayout, ImageOptions, ItemPlan
+from .base import C, PROCESSORS, Family, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
+from .video import VideoFamily
 
 
-class Entry(NamedTuple):
+@dataclass(frozen=True)
+class Entry(Generic[C]):
     #: (preprocessor_config.json, config.json) -> whether this family serves the checkpoint
     matches: Callable[[dict, dict], bool]
     #: (preprocessor_config.json, config.json, processor_config.json) -> the resolved config
-    config_from_hf: Callable[[dict, dict, dict], object]
-    family: Callable[[object], Family]
+    config_from_hf: Callable[[dict, dict, dict], C]
+    family: type[Family[C, Any]]
 
 
 # First match wins.
-FAMILIES = (
+FAMILIES: tuple[Entry[Any], ...] = (
     # Before any LLaVA entry: Pixtral-12B is model_type "llava" with a pixtral tower.
     Entry(pixtral.matches, pixtral.config_from_hf, pixtral.Pixtral),
     Entry(qwen_vl.matches, qwen_vl.config_from_hf, qwen_vl.QwenVL),
@@ -38,7 +42,7 @@ FAMILIES = (
 )
 
 
-def build_family(preprocessor: dict, config: dict, processor: dict | None = None) -> Family:
+def build_family(preprocessor: dict, config: dict, processor: dict | None = None) -> Family[Any, Any]:
     """The family serving a checkpoint, from its preprocessor_config.json, config.json and
     processor_config.json ({} or None when absent)."""
     for entry in FAMILIES:
@@ -50,4 +54,5 @@ def build_family(preprocessor: dict, config: dict, processor: dict | None = None
     )
 
 
-__all__ = ["ConfigError", "FAMILIES", "PROCESSORS", "Family", "FieldLayout", "ImageOptions", "ItemPlan", "build_family"]
+__all__ = ["ConfigError", "FAMILIES", "PROCESSORS", "Family", "FieldLayout", "ImageOptions", "ItemPlan", "VideoFamily",
+           "build_family"]

@@ -6,24 +6,28 @@ into), and then its pixels (``process_item`` writes the block and returns the it
 of model-specific tensors). It may compute rotary positions from the plans. It never
 fetches, never touches gRPC and never sees other requests.
 
-Everything the driver, the config layer and the servicer use is declared here; a
-family overrides what differs and nothing is probed with getattr.
+Everything the driver, the config layer and the servicer use is declared here: a family
+implements the abstract methods (its constructor from its config, ``plan``,
+``process_item``), overrides what differs and nothing is probed with getattr. A family
+that takes videos also implements the video side (``video.VideoFamily``).
 """
 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from typing import Callable, ClassVar, Generic, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 import numpy as np
 
-from ..core.carriers import DETAILS, DecodedImage, ImageOptions
+from ..core.carriers import DETAILS, DecodedImage, FieldLayout, ImageOptions
 from ..core.errors import Code, PreprocessError, invalid
 from ..core.layout import AppliedLayout, Expansion
-from ..core.positions import MRope
+from ..core.positions import MRope, RopeSpan
 from . import batching
+from .batching import Slots
 from .hf_keys import ConfigError
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -37,7 +41,12 @@ PROCESSORS = ("pil", "torchvision")
 #: request's images on dim 0 unless the family batches them otherwise).
 Aux = dict[str, np.ndarray]
 
+#: A family's resolved config: a frozen dataclass (its repr is the family's fingerprint).
+C = TypeVar("C")
+#: The geometry an item's plan carries: the family's own typed value (grid, tiles, crops, ...).
 G = TypeVar("G")
+#: A ``Normalization`` (sub)class: ``as_raw`` keeps its type.
+N = TypeVar("N", bound="Normalization")
 
 #: Option variants one family instance keeps (``Family.with_options``); the least
 #: recently used goes first, so requests cannot grow them without bound.
@@ -73,41 +82,18 @@ class Normalization:
     #: that normalizes on the device.
     raw: bool = False
 
-    def lut(self, make) -> np.ndarray:
+    def lut(self, make: Callable[..., np.ndarray]) -> np.ndarray:
         """The normalize table these knobs give, made by ``make`` (a ``kernels`` table maker)."""
         return make(self.image_mean, self.image_std, self.rescale_factor, self.do_rescale, self.do_normalize)
 
-    def as_raw(self):
+    def as_raw(self: N) -> N:
         """These knobs with the pixels kept raw."""
         return replace(self, raw=True, do_rescale=False, do_normalize=False)
 
     @property
-    def pixel_dtype(self) -> np.dtype:
+    def pixel_dtype(self) -> np.dtype[Any]:
         """What the kernels write: uint8 raw pixels, else float32."""
         return np.dtype(np.uint8 if self.raw else np.float32)
-
-
-@dataclass(frozen=True)
-class FieldLayout:
-    """How vLLM splits each tensor into items: batched on dim 0, or flat by a sizes tensor.
-
-    Tensors in neither are shared across items. The rest is what vLLM's model code for
-    the checkpoint declares (each family cites it): the payload carries these facts, the
-    wire layer never looks them up.
-    """
-
-    batched: tuple[str, ...] = ()
-    flat: dict[str, str] = field(default_factory=dict)
-    #: Tensors vLLM keeps on the CPU (``keep_on_cpu=True`` in the model's
-    #: ``MultiModalFieldConfig``), sent as ``keep_on_cpu_keys``.
-    keep_on_cpu: tuple[str, ...] = ()
-    #: The model's forward kwarg for ``pixel_values`` (vLLM ``encoder_input_key``).
-    encoder_input_key: str = "pixel_values"
-    #: The sizes tensor that vLLM's own processor crops each item of ``pixel_values`` to
-    #: before batching, a step the gRPC servicer does not run: a payload whose items are
-    #: padded cannot be split for such a model (None: items are never padded, or the
-    #: model itself ignores the padding).
-    unpadded_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,9 +110,10 @@ class ItemPlan(Generic[G]):
         return len(self.expansion)
 
 
-class Family(Generic[G]):
-    """Base class: subclasses set the class attributes and implement ``plan`` and
-    ``process_item``; the other methods have defaults that fit most families."""
+class Family(ABC, Generic[C, G]):
+    """Base class: subclasses set the class attributes and implement the abstract methods
+    (``__init__`` from the config, ``plan``, ``process_item``); the other methods have
+    defaults that fit most families. ``C``: the config type; ``G``: the plans' geometry."""
 
     name: ClassVar[str]
     reference_processor: str
@@ -138,27 +125,36 @@ class Family(Generic[G]):
     #: ``media.decode.TRANSPARENCY``): "white", transformers' ``convert_to_rgb``; or
     #: "keep", RGBA pixels (``DecodedImage.alpha``) that ``process_item`` flattens.
     transparency: ClassVar[str] = "white"
-    #: pixel_values' shape and each item's slot in it, from the request's plans.
-    batch_shape: ClassVar[Callable[[list[ItemPlan]], tuple[tuple[int, ...], list[tuple]]]] = staticmethod(
-        batching.concat_rows)
 
-    config: object  # the family's resolved, frozen config dataclass
+    config: C  # the family's resolved, frozen config dataclass
     image_token_id: int  # the token that carries features
     field_layout: FieldLayout
-    #: Families with "video" in ``modalities``: the video keys' vLLM layout and the video token.
+    #: Families with "video" in ``modalities`` (``video.VideoFamily``): the video keys' vLLM
+    #: layout and the video token; None for the others (the servicer reads them of any family).
     video_field_layout: FieldLayout | None = None
     video_token_id: int | None = None
 
-    def plan(self, height: int, width: int, item: int) -> ItemPlan[G]:
-        raise NotImplementedError
+    @abstractmethod
+    def __init__(self, config: C) -> None:
+        """The family serving a checkpoint, from its resolved config alone (``config_from_hf``)."""
 
+    @abstractmethod
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[G]:
+        """What an image of ``height`` x ``width`` becomes (``item``: its index in the
+        request, named by the INVALID_ARGUMENT an unusable size raises)."""
+
+    @abstractmethod
     def process_item(self, image: DecodedImage, plan: ItemPlan[G], out: np.ndarray) -> Aux:
         """Write the item's features into ``out`` (its slot of pixel_values), every element
         of it (the slot is not zeroed beforehand); return its rows of the other tensors."""
-        raise NotImplementedError
+
+    def batch_shape(self, plans: Sequence[ItemPlan[G]]) -> tuple[tuple[int, ...], Slots]:
+        """pixel_values' shape and each item's slot in it, from the request's plans (a
+        ``batching`` layout; by default the items' rows one after another on dim 0)."""
+        return batching.concat_rows(plans)
 
     @property
-    def pixel_dtype(self) -> np.dtype:
+    def pixel_dtype(self) -> np.dtype[Any]:
         """The dtype of pixel_values (and pixel_values_videos): float32, or uint8 for a
         ``raw`` variant."""
         return np.dtype(np.float32)
@@ -169,7 +165,7 @@ class Family(Generic[G]):
         wants them normalized, so raw pixels would never be."""
         return None
 
-    def raw(self) -> "Family[G]":
+    def raw(self) -> "Family[C, G]":
         """This family writing raw uint8 pixels (built from its config's ``as_raw``, once, and
         kept), for an engine that normalizes on the device; FAILED_PRECONDITION naming the
         family and why where no engine would normalize them."""
@@ -185,12 +181,20 @@ class Family(Generic[G]):
         with _variants_lock:
             variant = self.__dict__.get("_raw")
         if variant is None:
-            variant = type(self)(self.config.as_raw())  # type: ignore[call-arg,attr-defined]
+            variant = type(self)(self.raw_config())
             with _variants_lock:
                 variant = self.__dict__.setdefault("_raw", variant)
         return variant
 
-    def with_processor(self, processor: str) -> "Family[G]":
+    def raw_config(self) -> C:
+        """The config of the raw variant (``raw``): its ``Normalization.as_raw``, the knobs
+        of a family whose model normalizes on the device."""
+        config = self.config
+        if not isinstance(config, Normalization):
+            raise PreprocessError(Code.INTERNAL, f"the {self.name} family's config has no raw form")
+        return config.as_raw()
+
+    def with_processor(self, processor: str) -> "Family[C, G]":
         """This checkpoint reproducing another transformers class (one of ``processors``)."""
         if processor not in self.processors:
             raise ConfigError(
@@ -199,7 +203,7 @@ class Family(Generic[G]):
 
     # -- per-request options -------------------------------------------------------------
 
-    def with_options(self, options: ImageOptions | None) -> "Family[G]":
+    def with_options(self, options: ImageOptions | None) -> "Family[C, G]":
         """This family configured for a request's ``options``: itself when they ask nothing
         of it (unset, or detail auto / high), else the variant ``configured`` builds, made
         once per distinct options and kept (at most ``MAX_VARIANTS``) by this instance. A
@@ -224,7 +228,7 @@ class Family(Generic[G]):
                 variants.popitem(last=False)
         return variant
 
-    def configured(self, options: ImageOptions) -> "Family[G]":
+    def configured(self, options: ImageOptions) -> "Family[C, G]":
         """The family for ``options`` (checked, and asking something: ``asks_nothing`` is
         False). A family that can honour a field overrides this; by default every size
         and budget field and ``detail: low`` are refused, as the processor takes none."""
@@ -234,7 +238,7 @@ class Family(Generic[G]):
                                    "size or token budget; only detail auto or high (the model's own) is accepted")
         return self
 
-    def refusal(self, field_name: str, value, why: str) -> PreprocessError:
+    def refusal(self, field_name: str, value: object, why: str) -> PreprocessError:
         """INVALID_ARGUMENT for an option this family cannot honour exactly."""
         return invalid(f"{field_name} {value} cannot be honoured exactly by the {self.name} family: {why}")
 
@@ -259,8 +263,11 @@ class Family(Generic[G]):
             return {}
         return {k: np.concatenate([a[k] for a in aux], axis=0) for k in aux[0]}
 
-    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[G]]) -> MRope | None:
-        """Multimodal rotary positions, or None where the model counts 1-D positions itself."""
+    def positions(self, applied: AppliedLayout, plans: Sequence[ItemPlan[G]],
+                  videos: Sequence[RopeSpan] = ()) -> MRope | None:
+        """Multimodal rotary positions, or None where the model counts 1-D positions itself.
+        ``videos``: the request's videos' M-RoPE items (``VideoFamily.video_items``), in
+        any order; none for a family that takes no video."""
         return None
 
     @property

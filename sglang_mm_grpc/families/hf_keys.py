@@ -37,15 +37,16 @@ def as_int(value: Any, what: str) -> int:
 
 def triple(value: Any, what: str) -> tuple[float, float, float]:
     """Three finite numbers (a std, which normalization divides by, also non-zero)."""
+    out: tuple[float, float, float]
     if _number(value):
         out = (float(value),) * 3
     elif isinstance(value, (list, tuple)) and len(value) == 3 and all(_number(v) for v in value):
-        out = tuple(float(v) for v in value)
+        out = (float(value[0]), float(value[1]), float(value[2]))
     else:
         raise ConfigError(f"{what} must be a number or 3 numbers, got {value!r}")
     if not all(math.isfinite(v) for v in out) or ("std" in what and 0.0 in out):
         raise ConfigError(f"{what} must be finite{' and non-zero' if 'std' in what else ''}, got {value!r}")
-    return out  # type: ignore[return-value]
+    return out
 
 
 def mean_std(cfg: dict, default_mean, default_std) -> dict[str, tuple[float, float, float]]:

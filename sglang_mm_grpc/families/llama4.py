@@ -126,7 +126,9 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         **norm,
         patch_size=hf_keys.as_int(_processor_value(processor, vision, "patch_size", d.patch_size), "patch_size"),
         pixel_shuffle_ratio=ratio,
-        **ids,
+        image_start_token_id=ids["image_start_token_id"],
+        image_end_token_id=ids["image_end_token_id"],
+        patch_token_id=ids["patch_token_id"],
     )
 
 
@@ -229,7 +231,7 @@ class Tiles(NamedTuple):
     cols: int
 
 
-class Llama4(Family[Tiles]):
+class Llama4(Family[Llama4Config, Tiles]):
     name = "llama4"
     reference_processor = "Llama4Processor + Llama4ImageProcessor (torchvision)"
     #: transformers has only the torchvision class for Llama 4.
@@ -277,6 +279,7 @@ class Llama4(Family[Tiles]):
         rows, cols = plan.geometry
         n = rows * cols
         size = plan.resized_size
+        small: np.ndarray | None
         if n > 1 and (image.height, image.width) not in (size, (tile, tile)):
             # the tiles' and the global tile's resizes share their horizontal pass's reads
             resized, small = resample_tv.resize_rgb_two(image.pixels, size, (tile, tile), self._mode)

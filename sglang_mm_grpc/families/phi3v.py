@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -108,11 +109,9 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
-class Phi3V(Family[HDGeometry]):
+class Phi3V(Family[Phi3VConfig, HDGeometry]):
     name = "phi3_v"
     reference_processor = "Phi3VImageProcessor (remote code, published algorithm)"
-    #: [B, N+1, 3, 336, 336]: every image has the same slot; it zeroes the crops it does not use.
-    batch_shape = staticmethod(batching.stacked)
 
     def __init__(self, config: Phi3VConfig):
         self.config = config
@@ -120,6 +119,10 @@ class Phi3V(Family[HDGeometry]):
         # vLLM phi3v.py: pixel_values and image_sizes batched, nothing kept on the CPU
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes", "num_img_tokens"))
         self._lut = totensor.totensor_normalize_lut(config.image_mean, config.image_std)
+
+    def batch_shape(self, plans: Sequence[ItemPlan[HDGeometry]]) -> tuple[tuple[int, ...], batching.Slots]:
+        """[B, N+1, 3, 336, 336]: every image has the same slot; it zeroes the crops it does not use."""
+        return batching.stacked(plans)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[HDGeometry]:
         g = hd_geometry(height, width, self.config.num_crops)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -187,12 +188,11 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
-class Phi4Multimodal(Family[Crops]):
+class Phi4Multimodal(Family[Phi4Config, Crops]):
     name = "phi4_multimodal"
     reference_processor = "Phi4MultimodalImageProcessor (torchvision)"
     #: transformers has only the torchvision class for Phi-4-multimodal.
     processors = ("torchvision",)
-    batch_shape = staticmethod(batching.stacked_padded_rows)
 
     def __init__(self, config: Phi4Config):
         self.config = config
@@ -206,6 +206,9 @@ class Phi4Multimodal(Family[Crops]):
             batched=("pixel_values", "image_sizes", "image_attention_mask", "num_img_tokens"),
             encoder_input_key=config.vllm_pixel_kwarg)
         self._lut = config.lut(normalize.torchvision_backend_lut)
+
+    def batch_shape(self, plans: Sequence[ItemPlan[Crops]]) -> tuple[tuple[int, ...], batching.Slots]:
+        return batching.stacked_padded_rows(plans)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Crops]:
         c = self.config

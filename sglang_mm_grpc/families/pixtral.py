@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -130,10 +130,9 @@ class Grid(NamedTuple):
     cols: int
 
 
-class Pixtral(Family[Grid]):
+class Pixtral(Family[PixtralConfig, Grid]):
     name = "pixtral"
     reference_processor = "PixtralProcessor + PixtralImageProcessorPil"
-    batch_shape = staticmethod(batching.padded_planes)
 
     def __init__(self, config: PixtralConfig):
         self.config = config
@@ -156,6 +155,9 @@ class Pixtral(Family[Grid]):
             return "vllm/model_executor/models/mistral3.py Mistral3ForConditionalGeneration"
         return None
 
+    def batch_shape(self, plans: Sequence[ItemPlan[Grid]]) -> tuple[tuple[int, ...], batching.Slots]:
+        return batching.padded_planes(plans)
+
     def plan(self, height: int, width: int, item: int) -> ItemPlan[Grid]:
         c = self.config
         h, w = fit_size(height, width, c.max_height, c.max_width, c.unit)
@@ -171,9 +173,9 @@ class Pixtral(Family[Grid]):
         c = self.config
         tokens = np.full((grid.rows, grid.cols + 1), c.image_token_id, dtype=np.int64)
         tokens[:, -1] = c.image_break_token_id
-        tokens = tokens.reshape(-1)
-        tokens[-1] = c.image_end_token_id
-        return Expansion(tokens, c.image_token_id)
+        flat = tokens.reshape(-1)
+        flat[-1] = c.image_end_token_id
+        return Expansion(flat, c.image_token_id)
 
     def process_item(self, image: DecodedImage, plan: ItemPlan[Grid], out: np.ndarray) -> Aux:
         h, w = plan.resized_size

@@ -209,9 +209,10 @@ def _read_chunks_after_data(data: bytes, first: int, info: dict, animated: bool)
         pos += 12 + length
     else:
         return
-    stream = PngImagePlugin.PngStream(io.BytesIO(data))
+    fp = io.BytesIO(data)
+    stream = PngImagePlugin.PngStream(fp)
     stream.im_info = info
-    stream.fp.seek(pos)
+    fp.seek(pos)
     while True:
         try:
             cid, chunk_pos, length = stream.read()
@@ -224,11 +225,11 @@ def _read_chunks_after_data(data: bytes, first: int, info: dict, animated: bool)
         except UnicodeDecodeError:
             break
         except EOFError:  # image data again (IDAT raises it), skipped as load_end does
-            stream.fp.seek(chunk_pos + length)
+            fp.seek(chunk_pos + length)
         except AttributeError:  # a chunk Pillow has no handler for
-            stream.fp.seek(chunk_pos + length)
-        stream.fp.read(4)  # CRC
-        if stream.fp.tell() > n:
+            fp.seek(chunk_pos + length)
+        fp.read(4)  # CRC
+        if fp.tell() > n:
             break
 
 

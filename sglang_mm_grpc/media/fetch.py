@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import AsyncIterator, Literal, Mapping, Sequence
 
 import httpcore
 
@@ -128,7 +129,7 @@ class MediaFetcher:
         with self._failures(item, raw):
             source = classify(raw)
             if source.kind == "http":
-                check_target(parse_http_url(source.value), self.policy)
+                check_target(parse_http_url(source.text), self.policy)
             if source.size is not None:
                 if item.cap is not None and source.size > item.cap[1]:
                     name, cap = item.cap
@@ -140,9 +141,9 @@ class MediaFetcher:
                           deadline: float | None) -> bytes:
         with self._failures(item, raw):
             if source.kind == "bytes":
-                return source.value  # type: ignore[return-value]
+                return source.data
             if source.kind == "base64":
-                return await decode_base64(source.value)  # type: ignore[arg-type]
+                return await decode_base64(source.text)
             await self._acquire_slot(deadline)
             try:
                 return await self._fetch_in_slot(source, budget, deadline, item.cap)
@@ -176,11 +177,11 @@ class MediaFetcher:
         try:
             async with _timeout(timeout):
                 if source.kind == "file":
-                    data = await read_local_file(source.value, self.policy.allowed_local_media_path, budget, cap)  # type: ignore[arg-type]
+                    data = await read_local_file(source.text, self.policy.allowed_local_media_path, budget, cap)
                     self._bytes += len(data)
                     return data
                 # httpx gets a looser per-operation backstop; the scope above is the real bound.
-                return await _cancelled_once(self._http.fetch(source.value, budget, timeout + 1.0, cap))  # type: ignore[arg-type]
+                return await _cancelled_once(self._http.fetch(source.text, budget, timeout + 1.0, cap))
         except asyncio.TimeoutError:
             # Raised below, outside this handler: chained to the TimeoutError, our error
             # would lead back (through the timeout's task) to the task that holds it, a
@@ -207,7 +208,7 @@ class _ItemFailures:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc is None or not isinstance(exc, Exception):
             return False  # success, or cancellation: let it through untouched
         where = describe(self._raw)
@@ -223,13 +224,15 @@ class _ItemFailures:
         ) from exc
 
 
-if hasattr(asyncio, "timeout"):
+if sys.version_info >= (3, 11):
     _timeout = asyncio.timeout
 else:  # Python 3.10
 
     @contextlib.asynccontextmanager
-    async def _timeout(seconds: float):
+    async def _timeout(seconds: float) -> AsyncIterator[None]:
         task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a fetch timeout outside a task")
         fired = False
 
         def fire() -> None:

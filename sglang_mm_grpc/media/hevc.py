@@ -65,7 +65,7 @@ class Format:
             self.length_size = (data[21] & 3) + 1  # lengthSizeMinusOne
             units = _hvcc_units(data)
         elif data:
-            units = [n for n in h264.nal_units(data, 0) if len(n)]
+            units = [n for n in h264.nal_units(data, 0) or () if len(n)]  # Annex B: never None
         sets = [n for n in units or () if _kind(n) in PARAMETER_SETS]
         #: False: the extradata is cut short or holds what the index refuses (every packet then None)
         self.usable = units is not None and all(_plain_parameter_set(n) for n in sets)

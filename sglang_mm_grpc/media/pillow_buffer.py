@@ -19,6 +19,7 @@ zeroes every image it allocates before the decoder overwrites each pixel (1 ms f
 from __future__ import annotations
 
 import ctypes
+from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
@@ -88,7 +89,8 @@ def lend_rgbx(im: Image.Image) -> np.ndarray | None:
     anything else (another format or mode, already loaded), which Pillow decodes as usual.
     Pillow's JPEG load either has the decoder write every row or raises, so no pixel is
     left as allocated. The image holds a reference on the array (``map_buffer``)."""
-    tile = im.tile[0] if len(getattr(im, "tile", ()) or ()) == 1 else None
+    tiles: Sequence[Any] = getattr(im, "tile", None) or ()  # ImageFile's: a plain Image has none
+    tile = tiles[0] if len(tiles) == 1 else None
     if (im.format not in ("JPEG", "MPO") or im.mode != "RGB" or tile is None or tile[0] != "jpeg"
             or tuple(tile[1]) != (0, 0) + im.size or im._im is not None):
         return None

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_FETCH_TIMEOUT_S = 3.0
 
@@ -91,7 +92,7 @@ class FetchPolicy:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise TypeError(f"unknown FetchPolicy fields: {sorted(unknown)}")
-        values = {"fetch_timeout_s": env_fetch_timeout(environ)}
+        values: dict[str, Any] = {"fetch_timeout_s": env_fetch_timeout(environ)}
         values.update(overrides)
         return cls(**values)
 

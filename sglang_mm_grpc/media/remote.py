@@ -239,9 +239,9 @@ class HttpFetcher:
                 if inflater is None:
                     chunk, more = pending, False
                 else:
-                    limit = min(cap - received + 1, _INFLATE_STEP)
-                    chunk, pending = inflater.inflate(pending, limit)
-                    more = bool(pending) or len(chunk) == limit  # a full step may leave output in zlib
+                    step = min(cap - received + 1, _INFLATE_STEP)
+                    chunk, pending = inflater.inflate(pending, step)
+                    more = bool(pending) or len(chunk) == step  # a full step may leave output in zlib
                 received += len(chunk)
                 if received > cap:
                     raise exhausted(name, f"body exceeds {name} ({human_bytes(cap)}): {received} bytes received")

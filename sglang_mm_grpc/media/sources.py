@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import re
+import sys
 from dataclasses import dataclass
 from typing import Union
 from urllib.parse import unquote, urlsplit
@@ -48,6 +49,20 @@ class Source:
     kind: str
     value: Union[str, bytes]
     size: int | None = None
+
+    @property
+    def data(self) -> bytes:
+        """The bytes of a "bytes" source."""
+        if isinstance(self.value, bytes):
+            return self.value
+        raise TypeError(f"a {self.kind} source holds text, not bytes")
+
+    @property
+    def text(self) -> str:
+        """The base64 payload, URL or path of a "base64", "http" or "file" source."""
+        if isinstance(self.value, str):
+            return self.value
+        raise TypeError(f"a {self.kind} source holds bytes, not text")
 
 
 def _clip(text: str) -> str:
@@ -95,12 +110,12 @@ def base64_size(payload: str) -> int:
 
 def _decode_chunk(chunk: str) -> bytes:
     try:
-        try:
+        if sys.version_info >= (3, 11):
             return binascii.a2b_base64(chunk, strict_mode=True)
-        except TypeError:  # Python < 3.11: no strict mode; validate the alphabet instead
-            if not _BASE64_SHAPE.fullmatch(chunk):
-                raise binascii.Error("character outside the base64 alphabet") from None
-            return binascii.a2b_base64(chunk)
+        # Python < 3.11: no strict mode; validate the alphabet instead
+        if not _BASE64_SHAPE.fullmatch(chunk):
+            raise binascii.Error("character outside the base64 alphabet")
+        return binascii.a2b_base64(chunk)
     except (binascii.Error, ValueError) as exc:
         raise malformed(f"invalid base64: {exc}") from None
 

@@ -23,7 +23,7 @@ import importlib.util
 import io
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Generator, Sequence
 
 import numpy as np
 
@@ -163,7 +163,7 @@ def _rotation(stream) -> int:
 def frames(data: bytes, indices: Sequence[int], meta: VideoMeta, limits: VideoLimits = VideoLimits(),
            item: int | None = None, deadline: float | None = None, rotation: list | None = None,
            threads: str | None = None, sequential: bool = False, stats: dict | None = None,
-           skip_nonref: bool = True) -> Iterator[np.ndarray]:
+           skip_nonref: bool = True) -> Generator[np.ndarray, None, None]:
     """uint8 [H, W, 3] for each of ``indices`` (ascending; repeats yield the same frame
     again), numbered as ``read_video_pyav`` numbers them. ``deadline``: a
     ``time.monotonic()`` value the decode must end by (with ``limits.decode_timeout_s``,

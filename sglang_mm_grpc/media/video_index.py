@@ -22,13 +22,41 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from . import h264, hevc
 
+class AccessUnit(Protocol):
+    """What the index reads of a packet (``h264.AccessUnit``, ``hevc.AccessUnit``)."""
+
+    @property
+    def pictures(self) -> int: ...
+    @property
+    def idr(self) -> bool: ...
+    @property
+    def partitioned(self) -> bool: ...
+    @property
+    def parameter_sets(self) -> frozenset: ...
+    @property
+    def temporal_id(self) -> int: ...
+    @property
+    def sublayer_nonref(self) -> bool: ...
+    @property
+    def drops_waiting(self) -> bool: ...
+
+
+class Parser(Protocol):
+    """How a stream's packets are read (``h264.Format``, ``hevc.Format``)."""
+
+    @property
+    def parameter_sets(self) -> frozenset: ...
+    def access_unit(self, data: Any) -> AccessUnit | None: ...
+
+
 #: codec name -> how its packets are read (``Format(extradata).access_unit(packet)``)
-PARSERS = {"h264": h264.Format, "hevc": hevc.Format}
+PARSERS: dict[str, Callable[[bytes | None], Parser]] = {"h264": h264.Format, "hevc": hevc.Format}
 INDEXED_CODECS = tuple(PARSERS)
 #: Containers whose packets carry presentation times (MP4 / QuickTime: composition
 #: offsets; Matroska: block times); AVI and raw streams number packets in decode order.

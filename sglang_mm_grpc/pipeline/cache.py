@@ -15,10 +15,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Generic
 
 import numpy as np
 
 from ..families import ItemPlan
+from ..families.batching import Slot
+from ..families.video import VP, VideoProcessor
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,9 @@ class CachedItem:
 
     height: int
     width: int
-    plan: ItemPlan
+    plan: ItemPlan[Any]
     pixel_values: np.ndarray
-    slot: tuple
+    slot: Slot
     aux: dict[str, np.ndarray]
 
     @property
@@ -39,11 +42,11 @@ class CachedItem:
 
 
 @dataclass(frozen=True)
-class CachedVideo:
+class CachedVideo(Generic[VP]):
     """One video's outputs: its plan (sampling, size, expansion), its rows of
     pixel_values_videos and its video tensors, and the rotation its frames carried."""
 
-    plan: object  # the family's video plan
+    plan: VP  # the family's plan of the video (``VideoFamily.plan_video``)
     pixel_values: np.ndarray
     aux: dict[str, np.ndarray]
     rotation: int = 0
@@ -53,7 +56,7 @@ class CachedVideo:
         return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
 
 
-def video_key(content_hash: str, spec_key: str, config) -> tuple[str, str]:
+def video_key(content_hash: str, spec_key: str, config: VideoProcessor) -> tuple[str, str]:
     """A video's cache key: its bytes, the model's spec and the effective video processor
     (a frozen dataclass: its repr holds every knob, the sampling options included)."""
     return content_hash, f"video:{spec_key}:{config!r}"
@@ -75,11 +78,11 @@ class PreprocessCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], CachedItem | CachedVideo] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], CachedItem | CachedVideo[Any]] = OrderedDict()
         self._bytes = 0
         self._stats = CacheStats(max_bytes=self.max_bytes)
 
-    def get(self, key: tuple[str, str]) -> CachedItem | CachedVideo | None:
+    def get(self, key: tuple[str, str]) -> CachedItem | CachedVideo[Any] | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -89,7 +92,7 @@ class PreprocessCache:
             self._stats.hits += 1
             return entry
 
-    def peek(self, key: tuple[str, str]) -> CachedItem | CachedVideo | None:
+    def peek(self, key: tuple[str, str]) -> CachedItem | CachedVideo[Any] | None:
         """The entry if held, without counting a hit or miss or refreshing its recency
         (a plan asks whether a Preprocess would hit; it uses nothing)."""
         with self._lock:
@@ -104,7 +107,7 @@ class PreprocessCache:
             self._stats.too_large += 1
         return False
 
-    def put(self, key: tuple[str, str], item: CachedItem | CachedVideo) -> None:
+    def put(self, key: tuple[str, str], item: CachedItem | CachedVideo[Any]) -> None:
         """Keep ``item`` (its arrays made read-only: they may be the caller's own output),
         evicting the least recently used; an item larger than the cache is only counted."""
         nbytes = item.nbytes

@@ -18,7 +18,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from .cache import CachedItem, PreprocessCache
 from ..core.carriers import DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput, VideoOptions
 from ..core.errors import Code, PreprocessError, invalid
 from ..families import Family, FieldLayout, ItemPlan
+from ..families.base import Aux
+from ..families.batching import Slot, Slots
+from ..families.video import VideoPlan
 from .fanout import fan_out
 from ..core.hashing import content_hash
 from ..kernels.wirecast import WIDTHS
@@ -51,6 +54,12 @@ DEFAULT_MAX_IMAGE_TOKENS = 16384
 #: over it is refused from its length alone.
 DEFAULT_MAX_INPUT_IDS = 1 << 20
 
+R = TypeVar("R")
+#: ``check_size(expanded ids, pixel elements)``: the caller's bound (see ``Preprocessor.preprocess``).
+CheckSize = Callable[[int, int], None]
+#: The layout of a request: the whole, its image-only view, each video's range and runs.
+Layout = tuple[AppliedLayout, AppliedLayout, list[tuple[int, int]], list[tuple[tuple[int, int], ...]]]
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -67,7 +76,7 @@ class Target:
     """What one image is preprocessed by: the family variant its options configured, that
     variant's spec (its cache key), the options asked and the token budget it is held to."""
 
-    family: Family
+    family: Family[Any, Any]
     spec_key: str  # its cache key: the variant's fingerprint (and the caller's scope, when scoped)
     options: ImageOptions | None
     budget: tuple[int, str]  # (tokens, what set it)
@@ -82,7 +91,7 @@ class _Admitted:
     hash: str
     height: int
     width: int
-    plan: ItemPlan
+    plan: ItemPlan[Any]
     header: ImageHeader | None  # None on a cache hit
     cached: CachedItem | None
     target: Target
@@ -220,7 +229,7 @@ class Preprocessor:
         placeholder = self.family.placeholder_token_id
         if input_ids is None:
             ids = np.full(images + videos, placeholder, dtype=np.int64)
-            ids[images:] = self.family.video_token_id if videos else placeholder
+            ids[images:] = video_driver.video_token(self.family) if videos else placeholder
         else:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
         return Prompt(ids, find_placeholders(ids, placeholder, images),
@@ -273,12 +282,12 @@ class Preprocessor:
 
     def preprocess(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
-        use_cache: bool = True, max_image_tokens: int | None = None, allocate=None,
+        use_cache: bool = True, max_image_tokens: int | None = None, allocate: video_driver.Allocate | None = None,
         options: ImageOptions | None = None, image_options: Sequence[ImageOptions | None] | None = None,
         hashes: Sequence[str | None] | None = None, videos: Sequence[bytes] = (),
         video_options: VideoOptions | None = None, per_video_options: Sequence[VideoOptions | None] | None = None,
         video_hashes: Sequence[str | None] | None = None, deadline: float | None = None, raw: bool = False,
-        encoder_budget: int = 0, scope: str = "", check_size=None,
+        encoder_budget: int = 0, scope: str = "", check_size: CheckSize | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (the RPC cancelled, its deadline passed) and the request stops at
         the next image boundary with CANCELLED. ``use_cache`` False: the cache is neither
@@ -337,7 +346,7 @@ class Preprocessor:
         videos: Sequence[bytes] = (), video_options: VideoOptions | None = None,
         per_video_options: Sequence[VideoOptions | None] | None = None,
         video_hashes: Sequence[str | None] | None = None, encoder_budget: int = 0, scope: str = "",
-        check_size=None,
+        check_size: CheckSize | None = None,
     ) -> PlanOutput:
         """What ``preprocess`` with the same arguments will produce, from the image headers
         alone: per image its hash, sizes, grid, token count, ranges, effective options and
@@ -369,8 +378,10 @@ class Preprocessor:
             pixel_bytes=self._pixel_bytes([a.plan for a in planned], [v.plan for v in vplanned]),
         )
 
-    def _admit_all(self, images, videos, targets, vtargets, known: tuple, cache, scope: str, cancel,
-                   peek: bool = False) -> tuple[list[_Admitted], list]:
+    def _admit_all(self, images: list, videos: list, targets: list[Target],
+                   vtargets: list[video_driver.VideoTarget[Any]], known: tuple, cache: PreprocessCache | None,
+                   scope: str, cancel: threading.Event | None, peek: bool = False
+                   ) -> tuple[list[_Admitted], list[video_driver.AdmittedVideo[Any, Any]]]:
         """Every image and video admitted (``_admit``, ``video_driver.admit``); ``known``:
         (image hashes, video hashes) the caller knows; ``peek``: a Plan's look at the cache."""
         hashes, video_hashes = known
@@ -382,26 +393,28 @@ class Preprocessor:
                                len(videos), cancel)
         return admitted, vadmitted
 
-    def _check_size(self, prompt: Prompt, plans: list[ItemPlan], video_plans: list, check) -> None:
+    def _check_size(self, prompt: Prompt, plans: list[ItemPlan[Any]], video_plans: Sequence[VideoPlan],
+                    check: CheckSize | None) -> None:
         """The expanded length (``check_ids_length``) and ``check`` (see ``preprocess``)."""
         expanded = len(prompt.ids) - len(plans) - len(video_plans)
-        expanded += sum(len(p.expansion) for p in (*plans, *video_plans))
+        expanded += sum(len(p.expansion) for p in plans) + sum(len(v.expansion) for v in video_plans)
         self.check_ids_length(expanded, expanded=True)
         if check is not None:
             check(expanded, self._pixel_elements(plans, video_plans))
 
-    def _pixel_elements(self, plans: list[ItemPlan], video_plans: list) -> int:
+    def _pixel_elements(self, plans: list[ItemPlan[Any]], video_plans: Sequence[VideoPlan]) -> int:
         """Elements of pixel_values and pixel_values_videos the plans make."""
         elements = int(np.prod(self.family.batch_shape(plans)[0], dtype=np.int64)) if plans else 0
         return elements + sum(int(np.prod(p.feature_shape, dtype=np.int64)) for p in video_plans)
 
-    def _pixel_bytes(self, plans: list[ItemPlan], video_plans: list) -> dict[str, int]:
+    def _pixel_bytes(self, plans: list[ItemPlan[Any]], video_plans: Sequence[VideoPlan]) -> dict[str, int]:
         """The pixel tensors' bytes in each wire dtype (uint8 where the model has raw pixels)."""
         elements = self._pixel_elements(plans, video_plans)
         raw = self.family.device_normalization() is not None
         return {dtype: elements * width for dtype, width in WIDTHS.items() if raw or dtype != "uint8"}
 
-    def _layout(self, prompt: Prompt, plans: list[ItemPlan], videos: list) -> tuple:
+    def _layout(self, prompt: Prompt, plans: list[ItemPlan[Any]],
+                videos: Sequence[video_driver.AdmittedVideo[Any, Any]]) -> Layout:
         """(the whole layout, its image-only view, each video's range, each video's runs)."""
         if not videos:
             applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
@@ -409,7 +422,7 @@ class Preprocessor:
         return video_driver.lay_out(prompt.ids, prompt.placeholders, prompt.video_placeholders,
                                     [p.expansion for p in plans], [v.plan.expansion for v in videos])
 
-    def _each(self, fn, count: int, cancel: threading.Event | None) -> list:
+    def _each(self, fn: Callable[[int], R], count: int, cancel: threading.Event | None) -> list[R]:
         return fan_out(fn, count, self.executor, cancel, self.work)
 
     def _admit(self, data: bytes, i: int, cache: PreprocessCache | None, target: Target,
@@ -422,7 +435,7 @@ class Preprocessor:
         if cache is not None:
             key = (h, target.spec_key)
             hit = cache.peek(key) if peek else cache.get(key)
-            if hit is not None:
+            if isinstance(hit, CachedItem):
                 _within(hit.plan, hit.height, hit.width, i, target.budget, encoder_budget=target.encoder_budget)
                 return _Admitted(h, hit.height, hit.width, hit.plan, None, hit, target, item=i)
         header = open_image(data, item=i, max_pixels=self.max_image_pixels, formats=self.formats)
@@ -431,8 +444,8 @@ class Preprocessor:
         return _Admitted(h, header.height, header.width, plan, header, None, target, item=i)
 
 
-    def _allocate(self, admitted: list[_Admitted], allocate=None, dtype=np.float32
-                  ) -> tuple[np.ndarray, list[tuple], bool]:
+    def _allocate(self, admitted: list[_Admitted], allocate: video_driver.Allocate | None = None,
+                  dtype: np.dtype[Any] = np.dtype(np.float32)) -> tuple[np.ndarray, Slots, bool]:
         """pixel_values of ``dtype``, each item's slot, and whether the memory is the
         caller's (``allocate``); a lone cached image is its cached tensor (no copy)."""
         if not admitted:  # a request of videos alone
@@ -447,8 +460,8 @@ class Preprocessor:
             return lent, slots, True
         return _new_batch(shape, slots, dtype), slots, False
 
-    def _process(self, a: _Admitted, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache | None,
-                 lent: bool = False):
+    def _process(self, a: _Admitted, pixel_values: np.ndarray, slot: Slot, cache: PreprocessCache | None,
+                 lent: bool = False) -> Aux:
         """Write the image's slot (from its pixels or the cache); return its aux rows."""
         tp = time.perf_counter()
         if a.cached is not None:
@@ -458,7 +471,7 @@ class Preprocessor:
         else:
             aux = a.target.family.process_item(self._decode(a), a.plan, pixel_values[slot])
             entry = self._cache_entry(a, aux, pixel_values, slot, cache, lent) if cache is not None else None
-            if entry is not None:
+            if cache is not None and entry is not None:
                 cache.put((a.hash, a.target.spec_key), entry)
         a.process_ms = (time.perf_counter() - tp) * 1e3 - a.decode_ms
         return aux
@@ -467,6 +480,8 @@ class Preprocessor:
         """The admitted image's pixels (Pillow's decode; the header is let go)."""
         td = time.perf_counter()
         header, a.header = a.header, None
+        if header is None:  # a cached image is never decoded
+            raise PreprocessError(Code.INTERNAL, "the image was decoded twice", item=a.item)
         img = decode_pixels(header, transparency=a.target.family.transparency)
         if (img.height, img.width) != (a.height, a.width):  # never seen: open_image reads the orientation
             raise PreprocessError(Code.INVALID_ARGUMENT, f"decoded {img.width}x{img.height}, but its header says "
@@ -475,7 +490,7 @@ class Preprocessor:
         self.work.add(decoded=1)
         return img
 
-    def _cache_entry(self, a: _Admitted, aux, pixel_values: np.ndarray, slot: tuple, cache: PreprocessCache,
+    def _cache_entry(self, a: _Admitted, aux: Aux, pixel_values: np.ndarray, slot: Slot, cache: PreprocessCache,
                      lent: bool = False) -> CachedItem | None:
         """The item as a single-image batch: the request's own arrays when it is the only
         image (no copy), else (or when the memory is the caller's) a copy of its slot into
@@ -490,8 +505,8 @@ class Preprocessor:
         return CachedItem(a.height, a.width, a.plan, pixel_values, slot, aux)
 
 
-def _within(plan: ItemPlan, height: int, width: int, item: int, budget: tuple[int, str],
-            decoded: bool = False, encoder_budget: int = 0) -> ItemPlan:
+def _within(plan: ItemPlan[Any], height: int, width: int, item: int, budget: tuple[int, str],
+            decoded: bool = False, encoder_budget: int = 0) -> ItemPlan[Any]:
     """``plan``, or RESOURCE_EXHAUSTED when it expands into more tokens than the budget, or
     carries more feature tokens than the worker's encoder budget."""
     if encoder_budget and plan.expansion.features > encoder_budget:
@@ -522,7 +537,8 @@ def _known(hashes: Sequence[str | None] | None, i: int) -> str | None:
     return hashes[i] if hashes is not None and i < len(hashes) else None
 
 
-def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list, marks: tuple) -> PreprocessOutput:
+def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list[video_driver.AdmittedVideo[Any, Any]],
+           marks: tuple[float, float, float, float]) -> PreprocessOutput:
     """``out`` with the request's stage timings and each item's."""
     t0, t1, t2, t3 = marks
     out.timings_ms = {
@@ -583,7 +599,7 @@ def _image_results(images, admitted: list[_Admitted], applied: AppliedLayout) ->
     ]
 
 
-def _new_batch(shape: tuple[int, ...], slots: list[tuple], dtype=np.float32) -> np.ndarray:
+def _new_batch(shape: tuple[int, ...], slots: Slots, dtype: np.dtype[Any] = np.dtype(np.float32)) -> np.ndarray:
     """pixel_values to write the items' slots into, starting on a cache line, so rows
     the kernels write with streaming stores cover whole lines. Zeros where padding is
     left between slots (which never overlap); a batch the slots cover whole (one image,
@@ -601,7 +617,7 @@ def _new_batch(shape: tuple[int, ...], slots: list[tuple], dtype=np.float32) -> 
 _LINE = 64
 
 
-def _padded(shape: tuple[int, ...], slots: list[tuple]) -> bool:
+def _padded(shape: tuple[int, ...], slots: Slots) -> bool:
     """Whether the slots leave padding in a batch of ``shape``."""
     whole = np.broadcast_to(np.zeros((), np.bool_), shape)  # sizes only, no memory
     return sum(whole[slot].size for slot in slots) != whole.size

@@ -15,8 +15,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..core.errors import Code, PreprocessError
+from .cache import CacheStats
 
 #: Stages every request log line and histogram reports, in order. ``queue`` is time
 #: spent waiting for a worker; decode is summed over images (they run in parallel).
@@ -102,6 +104,48 @@ class VideoCounts:
                            {k: h.copy() for k, h in self.stages.items()}, self.cached)
 
 
+class StoreCounts(Protocol):
+    """What a snapshot reads of the handle store's counters (the service's ``StoreStats``)."""
+
+    @property
+    def items(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def max_items(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def evicted(self) -> int: ...
+    @property
+    def expired(self) -> int: ...
+    @property
+    def peak_bytes(self) -> int: ...
+
+
+class MediaCounts(Protocol):
+    """What a snapshot reads of the media store's counters (the service's ``MediaStats``)."""
+
+    @property
+    def items(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def stored(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def bound_ids(self) -> int: ...
+    @property
+    def peak_bytes(self) -> int: ...
+
+
 @dataclass
 class Snapshot:
     """Every counter at one moment (the GetStats reply and the Prometheus scrape)."""
@@ -116,9 +160,9 @@ class Snapshot:
     image_bytes: int
     stages: dict[str, Histogram]
     fetch: dict = field(default_factory=dict)
-    cache: object | None = None  # cache.CacheStats
-    store: object | None = None  # store.StoreStats
-    media: object | None = None  # media_store.MediaStats
+    cache: CacheStats | None = None
+    store: StoreCounts | None = None
+    media: MediaCounts | None = None
     work_busy: int = 0
     image_steps: int = 0
     image_steps_skipped: int = 0

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .cache import CachedVideo, PreprocessCache, video_key
-from ..core.carriers import VideoOptions, VideoResult
+from ..core.carriers import VideoMeta, VideoOptions, VideoResult
 from ..core.errors import Code, PreprocessError
-from ..families import Family
+from ..families import Family, VideoFamily
+from ..families.base import Aux
+from ..families.video import VC, VP, VideoPlan
 from ..core.hashing import content_hash
-from ..core.layout import AppliedLayout, apply_layout, find_placeholders, layout_at
+from ..core.layout import AppliedLayout, Expansion, apply_layout, find_placeholders, layout_at
+from ..core.positions import RopeSpan
 from ..media import video as media_video
 
 #: Videos in one request, unless configured otherwise.
@@ -38,28 +41,33 @@ DEFAULT_MAX_VIDEOS = 8
 #: clip at 30 fps, more than their context: such a video asks for ``fps`` or ``num_frames``.
 DEFAULT_MAX_VIDEO_TOKENS = 32768
 
+#: ``each(fn, count)``: fn(0), ..., fn(count - 1), their results in order (the driver's fan-out).
+Each = Callable[[Callable[[int], Aux], int], list[Aux]]
+#: ``allocate(shape, name, dtype)``: memory of the caller's for a tensor, or None (see ``Preprocessor.preprocess``).
+Allocate = Callable[[tuple[int, ...], str, np.dtype[Any]], np.ndarray | None]
+
 
 @dataclass(frozen=True)
-class VideoTarget:
+class VideoTarget(Generic[VC]):
     """What one video is processed by: the effective video processor, the options asked
     (merged), and the token budget it is held to."""
 
-    config: object  # the family's video config
+    config: VC  # the family's video processor config (``VideoFamily.video_config``)
     options: VideoOptions
     budget: tuple[int, str]
     encoder_budget: int = 0  # the most feature tokens (the worker's mm_encoder_budget); 0: none
 
 
 @dataclass
-class AdmittedVideo:
+class AdmittedVideo(Generic[VC, VP]):
     hash: str
     data: bytes
-    plan: object  # the family's video plan
-    target: VideoTarget
+    plan: VP  # the family's plan of the video (``VideoFamily.plan_video``)
+    target: VideoTarget[VC]
     decode_ms: float = 0.0
     process_ms: float = 0.0
     rotation: int = 0
-    cached: CachedVideo | None = None
+    cached: CachedVideo[VP] | None = None
     key: tuple[str, str] | None = None  # its cache key when a cache is in use
 
 
@@ -67,25 +75,47 @@ def check_family(family: Family, videos: int) -> None:
     """FAILED_PRECONDITION when videos come to a model that takes none, or without PyAV."""
     if not videos:
         return
-    if "video" not in family.modalities:
-        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {family.name} family takes no video "
-                              f"({videos} video(s) in the request)")
+    video_family(family, f" ({videos} video(s) in the request)")
     if not media_video.video_available():
         raise PreprocessError(Code.FAILED_PRECONDITION, media_video.INSTALL_HINT)
+
+
+def video_family(family: Family, why: str = "") -> VideoFamily:
+    """The family's video side (``families.video.VideoFamily``): FAILED_PRECONDITION when
+    it takes no video (``why``: what the request brought)."""
+    if not isinstance(family, VideoFamily) or "video" not in family.modalities:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {family.name} family takes no video{why}")
+    return family
+
+
+def video_token(family: Family) -> int:
+    """The video placeholder's token id: FAILED_PRECONDITION when the family has none (no
+    video processor for this model)."""
+    if family.video_token_id is None:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {family.name} family has no video processor "
+                              "configured for this model", kind="video")
+    return family.video_token_id
 
 
 def video_placeholders(family: Family, ids: np.ndarray, videos: int) -> np.ndarray:
     """The video placeholders' positions, exactly one per video."""
     if not videos:
         return np.zeros(0, np.int64)
-    return find_placeholders(ids, family.video_token_id, videos, "video")
+    return find_placeholders(ids, video_token(family), videos, "video")
 
 
 def configure(family: Family, count: int, max_tokens: int, options: VideoOptions | None,
-              per_video: Sequence[VideoOptions | None] | None, encoder_budget: int = 0) -> list[VideoTarget]:
+              per_video: Sequence[VideoOptions | None] | None, encoder_budget: int = 0) -> list[VideoTarget[Any]]:
     """Each video's processor (its options over the request's, field by field) and budgets."""
     if per_video is not None and len(per_video) != count:
         raise PreprocessError(Code.INVALID_ARGUMENT, f"{len(per_video)} per-video options for {count} video(s)")
+    if not count:
+        return []
+    return _configure(video_family(family), count, max_tokens, options, per_video, encoder_budget)
+
+
+def _configure(family: VideoFamily[Any, Any, VC, Any], count: int, max_tokens: int, options: VideoOptions | None,
+               per_video: Sequence[VideoOptions | None] | None, encoder_budget: int) -> list[VideoTarget[VC]]:
     base = options if options is not None else VideoOptions()
     out = []
     for i in range(count):
@@ -101,26 +131,34 @@ def configure(family: Family, count: int, max_tokens: int, options: VideoOptions
     return out
 
 
-def admit(family: Family, data: bytes, i: int, target: VideoTarget, limits: media_video.VideoLimits,
+def admit(family: Family, data: bytes, i: int, target: VideoTarget[Any], limits: media_video.VideoLimits,
           known: str | None = None, cache: PreprocessCache | None = None, spec_key: str = "",
-          peek: bool = False) -> AdmittedVideo:
+          peek: bool = False) -> AdmittedVideo[Any, Any]:
     """Hash; the cached plan, or the header probed (limits) and planned (sampling, size,
     expansion); the budget checked either way. ``peek``: look at the cache without
     counting or refreshing (a plan)."""
+    return _admit(video_family(family), data, i, target, limits, known, cache, spec_key, peek)
+
+
+def _admit(family: VideoFamily[Any, Any, VC, VP], data: bytes, i: int, target: VideoTarget[VC],
+           limits: media_video.VideoLimits, known: str | None, cache: PreprocessCache | None, spec_key: str,
+           peek: bool) -> AdmittedVideo[VC, VP]:
     h = known or content_hash(data)
     key = video_key(h, spec_key, target.config) if cache is not None else None
-    hit = None if cache is None else (cache.peek(key) if peek else cache.get(key))
-    if hit is not None:
-        media_video.check_limits(hit.plan.meta, len(data), limits, i)
-        _check_plan(hit.plan, hit.plan.meta, i, target, limits)
-        return AdmittedVideo(h, data, hit.plan, target, rotation=hit.rotation, cached=hit, key=key)
+    hit = None if cache is None or key is None else (cache.peek(key) if peek else cache.get(key))
+    if isinstance(hit, CachedVideo):
+        plan: VP = hit.plan
+        media_video.check_limits(plan.meta, len(data), limits, i)
+        _check_plan(plan, plan.meta, i, target, limits)
+        return AdmittedVideo(h, data, plan, target, rotation=hit.rotation, cached=hit, key=key)
     meta = media_video.probe(data, limits, item=i)
     plan = family.plan_video(target.config, meta, i)
     _check_plan(plan, meta, i, target, limits)
     return AdmittedVideo(h, data, plan, target, key=key)
 
 
-def _check_plan(plan, meta, i: int, target: VideoTarget, limits: media_video.VideoLimits) -> None:
+def _check_plan(plan: VideoPlan, meta: VideoMeta, i: int, target: VideoTarget[Any],
+                limits: media_video.VideoLimits) -> None:
     """The sampled frames and the tokens within their limits."""
     if len(plan.indices) > limits.max_sampled_frames:
         raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"sampling takes {len(plan.indices)} frames, over the limit "
@@ -142,8 +180,8 @@ def _check_plan(plan, meta, i: int, target: VideoTarget, limits: media_video.Vid
             "(fps or num_frames) or fewer pixels per frame (max_pixels)", item=i, kind="video")
 
 
-def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.VideoLimits,
-            deadline: float | None, each, cache: PreprocessCache | None = None, allocate=None
+def process(family: Family, admitted: list[AdmittedVideo[Any, Any]], limits: media_video.VideoLimits,
+            deadline: float | None, each: Each, cache: PreprocessCache | None = None, allocate: Allocate | None = None
             ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """pixel_values_videos (every row written once) and the video tensors; a lone cached
     video's are the cached arrays themselves (read-only, no copy). ``allocate(shape,
@@ -153,19 +191,25 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
         return None, {}
     if len(admitted) == 1 and admitted[0].cached is not None:
         return admitted[0].cached.pixel_values, dict(admitted[0].cached.aux)
+    return _process(video_family(family), admitted, limits, deadline, each, cache, allocate)
+
+
+def _process(family: VideoFamily[Any, Any, VC, VP], admitted: list[AdmittedVideo[VC, VP]],
+             limits: media_video.VideoLimits, deadline: float | None, each: Each, cache: PreprocessCache | None,
+             allocate: Allocate | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     rows = [a.plan.feature_shape[0] for a in admitted]
     starts = np.concatenate(([0], np.cumsum(rows))).astype(int)
     shape = (int(starts[-1]), admitted[0].plan.feature_shape[1])
     lent = allocate(shape, "pixel_values_videos", family.pixel_dtype) if allocate is not None else None
     out = lent if lent is not None else np.empty(shape, family.pixel_dtype)
 
-    def one(i: int):
+    def one(i: int) -> Aux:
         a = admitted[i]
         if a.cached is not None:
             out[starts[i]:starts[i + 1]] = a.cached.pixel_values
             return a.cached.aux
         t0 = time.perf_counter()
-        rotation: list = []
+        rotation: list[int] = []
         decoded = media_video.frames(a.data, a.plan.indices, a.plan.meta, limits, i, deadline, rotation)
         try:
             aux = family.process_video(a.target.config, _timed(decoded, a), a.plan, out[starts[i]:starts[i + 1]])
@@ -181,8 +225,8 @@ def process(family: Family, admitted: list[AdmittedVideo], limits: media_video.V
     return out, {k: np.concatenate([x[k] for x in aux], axis=0) for k in aux[0]}
 
 
-def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray, starts, aux,
-          lent: bool = False) -> None:
+def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo[VC, VP]], out: np.ndarray, starts: np.ndarray,
+          aux: list[Aux], lent: bool = False) -> None:
     """Each newly processed video into the cache: a lone video's rows are the request's
     own array (made read-only, no copy), unless that memory is the caller's (``lent``: a
     segment a worker reads and removes); several videos' rows are copied out."""
@@ -195,7 +239,7 @@ def _keep(cache: PreprocessCache, admitted: list[AdmittedVideo], out: np.ndarray
             cache.put(a.key, CachedVideo(a.plan, rows, {k: v.copy() for k, v in aux[i].items()}, a.rotation))
 
 
-def _timed(frames, a: AdmittedVideo):
+def _timed(frames: Iterable[np.ndarray], a: AdmittedVideo[Any, Any]) -> Iterator[np.ndarray]:
     """The frames, the time spent producing them added to ``a.decode_ms``."""
     it = iter(frames)
     while True:
@@ -209,15 +253,18 @@ def _timed(frames, a: AdmittedVideo):
         yield frame
 
 
-def lay_out(ids: np.ndarray, image_at: np.ndarray, video_at: np.ndarray, image_exp: list, video_exp: list
-            ) -> tuple[AppliedLayout, AppliedLayout, list[tuple[int, int]], list[tuple]]:
+def lay_out(ids: np.ndarray, image_at: np.ndarray, video_at: np.ndarray, image_exp: Sequence[Expansion],
+            video_exp: Sequence[Expansion]
+            ) -> tuple[AppliedLayout, AppliedLayout, list[tuple[int, int]], list[tuple[tuple[int, int], ...]]]:
     """Images and videos expanded at their placeholders in one walk: the whole layout,
     its image-only view (the image ranges), and each video's (offset, length) and runs."""
     at = np.concatenate((image_at, video_at))
     order = np.argsort(at, kind="stable")
     expansions = [*image_exp, *video_exp]
     applied = apply_layout(layout_at(ids, at[order], [expansions[k] for k in order]))
-    ranges, runs = [None] * len(at), [None] * len(at)
+    # every entry is set below (``order`` is a permutation)
+    ranges: list[tuple[int, int]] = [(0, 0)] * len(at)
+    runs: list[tuple[tuple[int, int], ...]] = [()] * len(at)
     for j, k in enumerate(order):
         ranges[k], runs[k] = applied.structural_ranges[j], applied.patch_ranges[j]
     n = len(image_at)
@@ -225,7 +272,8 @@ def lay_out(ids: np.ndarray, image_at: np.ndarray, video_at: np.ndarray, image_e
     return applied, images, ranges[n:], runs[n:]
 
 
-def results(admitted: list[AdmittedVideo], ranges, runs, family: Family) -> list[VideoResult]:
+def results(admitted: Sequence[AdmittedVideo[Any, Any]], ranges: Sequence[tuple[int, int]],
+            runs: Sequence[tuple[tuple[int, int], ...]], family: Family) -> list[VideoResult]:
     return [
         VideoResult(
             hash=a.hash, height=a.plan.meta.height, width=a.plan.meta.width,
@@ -240,7 +288,7 @@ def results(admitted: list[AdmittedVideo], ranges, runs, family: Family) -> list
     ]
 
 
-def _effective(t: VideoTarget) -> VideoOptions:
+def _effective(t: VideoTarget[VC]) -> VideoOptions:
     """The values the video was sampled and resized with."""
     c = t.config
     sampling = c.do_sample_frames
@@ -251,6 +299,8 @@ def _effective(t: VideoTarget) -> VideoOptions:
     )
 
 
-def items(family: Family, admitted: list[AdmittedVideo], ranges) -> list[tuple]:
+def items(family: Family, admitted: Sequence[AdmittedVideo[Any, Any]], ranges: Sequence[tuple[int, int]]
+          ) -> list[RopeSpan]:
     """Every video's M-RoPE items at its place in the expanded ids."""
-    return [item for a, (offset, _) in zip(admitted, ranges) for item in family.video_items(offset, a.plan)]
+    video = video_family(family)
+    return [item for a, (offset, _) in zip(admitted, ranges) for item in video.video_items(offset, a.plan)]

@@ -121,7 +121,7 @@ def pad_values(config: Normalization, make=normalize.torchvision_backend_values)
                 config.do_rescale, config.do_normalize)[:, 0].copy()
 
 
-class Inkling(Family[Grid]):
+class Inkling(Family[InklingConfig, Grid]):
     name = "inkling"
     processors = PROCESSORS
 

@@ -74,7 +74,7 @@ class Grid(NamedTuple):
     cols: int
 
 
-class Inkling2(Family[Grid]):
+class Inkling2(Family[Inkling2Config, Grid]):
     name = "inkling2"
     reference_processor = "Inkling2ImageProcessor (torchvision) + Inkling2Processor"
     #: transformers has only the torchvision class.
@@ -110,5 +110,6 @@ class Inkling2(Family[Grid]):
         self.run_batches([(37, 53)], [(ph, 2 * pw)], [(1, 1), (3 * ph + 1, pw - 1)])
         # a transparent image, as decoding hands it over
         rgba = np.random.default_rng(0).integers(0, 256, (ph + 3, 2 * pw - 1, 4), dtype=np.uint8)
-        plan = self.plan(*rgba.shape[:2], 0)
+        h, w = rgba.shape[:2]
+        plan = self.plan(h, w, 0)
         self.process_item(DecodedImage(rgba, alpha=True), plan, np.empty(plan.feature_shape, np.float32))

@@ -15,6 +15,7 @@ image's slot (``kernels.window``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -72,10 +73,9 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return model_type is None and kind.startswith("LlavaImageProcessor")
 
 
-class Llava(Family[None]):
+class Llava(Family[LlavaConfig, None]):
     name = "llava"
     reference_processor = "CLIPImageProcessorPil"
-    batch_shape = staticmethod(batching.stacked)
 
     def __init__(self, config: LlavaConfig):
         self.config = config
@@ -95,6 +95,9 @@ class Llava(Family[None]):
             return 0, 0, height, width
         side = max(height, width)
         return (side - height) // 2, (side - width) // 2, side, side
+
+    def batch_shape(self, plans: Sequence[ItemPlan[None]]) -> tuple[tuple[int, ...], batching.Slots]:
+        return batching.stacked(plans)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
         c = self.config.image

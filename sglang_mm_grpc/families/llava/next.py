@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -33,10 +34,11 @@ MODEL_TYPES = ("llava_next",)
 DEFAULT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
 
 
-def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int]:
+def select_best_resolution(height: int, width: int, pinpoints: Sequence[tuple[int, int]]) -> tuple[int, int]:
     """transformers' ``select_best_resolution``: most effective pixels, then least waste
-    (a thin image every pinpoint scales to 0 rows gets the least wasteful one)."""
-    best, max_effective, min_wasted = None, 0, float("inf")
+    (a thin image every pinpoint scales to 0 rows gets the least wasteful one). ``pinpoints``
+    is not empty (``hf_keys.pinpoints``)."""
+    best, max_effective, min_wasted = pinpoints[0], 0, float("inf")
     for ph, pw in pinpoints:
         scale = min(pw / width, ph / height)
         down_w, down_h = int(width * scale), int(height * scale)
@@ -56,7 +58,8 @@ def patch_output_size(height: int, width: int, target: tuple[int, int]) -> tuple
     return th, min(math.ceil(width * scale_h), tw)
 
 
-def number_of_features(height: int, width: int, tile_h: int, tile_w: int, pinpoints, tokens: TokenKnobs) -> int:
+def number_of_features(height: int, width: int, tile_h: int, tile_w: int, pinpoints: Sequence[tuple[int, int]],
+                       tokens: TokenKnobs) -> int:
     """``LlavaNextProcessor._get_number_of_features`` (before the strategy's -1)."""
     best_h, best_w = select_best_resolution(height, width, pinpoints)
     scale_h, scale_w = best_h // tile_h, best_w // tile_w
@@ -127,12 +130,11 @@ def _resize(image: DecodedImage, height: int, width: int, resample: int) -> np.n
     return resample_pil.resize_rgb(image.pixels, height, width, resample)
 
 
-class LlavaNext(Family[tuple[int, int]]):
+class LlavaNext(Family[LlavaNextConfig, tuple[int, int]]):
     """Geometry: the chosen pinpoint (height, width)."""
 
     name = "llava_next"
     reference_processor = "LlavaNextImageProcessorPil"
-    batch_shape = staticmethod(batching.stacked_padded_rows)
 
     def __init__(self, config: LlavaNextConfig):
         self.config = config
@@ -142,6 +144,9 @@ class LlavaNext(Family[tuple[int, int]]):
         # processing" in _merge_image_patch_embeddings)
         self.field_layout = FieldLayout(batched=("pixel_values", "image_sizes"))
         self._lut = config.image.lut(normalize.pil_backend_lut)
+
+    def batch_shape(self, plans: Sequence[ItemPlan[tuple[int, int]]]) -> tuple[tuple[int, ...], batching.Slots]:
+        return batching.stacked_padded_rows(plans)
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[tuple[int, int]]:
         c = self.config

@@ -14,7 +14,7 @@ fused rescale/normalize). Both are bit-exact with their class; they differ from 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,11 +22,12 @@ from ...core.carriers import DecodedImage, VideoMeta, VideoOptions
 from ...core.errors import Code, PreprocessError, invalid
 from ...kernels import normalize, patchify, resample_pil, resample_tv, video_patchify
 from ...core.layout import AppliedLayout, Expansion
-from ...core.positions import MRope, mrope_positions
+from ...core.positions import MRope, RopeSpan, mrope_positions
 from .. import hf_keys
 from . import video as qwen_video
 from .common import smart_resize
-from ..base import PROCESSORS, Aux, Family, FieldLayout, ImageOptions, ItemPlan, Normalization, effective_detail
+from ..base import PROCESSORS, Aux, FieldLayout, ImageOptions, ItemPlan, Normalization, effective_detail
+from ..video import VideoFamily
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 #: The vLLM 0.33 model classes that normalize pixels on the device
@@ -100,7 +101,10 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         max_pixels=max_pixels,
         **hf_keys.normalization(preprocessor, d.image_mean, d.image_std),
         resample=hf_keys.resample(preprocessor, d.resample),
-        **ids,
+        image_token_id=ids["image_token_id"],
+        video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"],
+        vision_end_token_id=ids["vision_end_token_id"],
     )
 
 
@@ -117,7 +121,7 @@ class Grid(NamedTuple):
     w: int
 
 
-class QwenVL(Family[Grid]):
+class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.VideoPlan]):
     name = "qwen_vl"
     reference_processor = "Qwen2VLImageProcessorPil"
     uses_mrope = True
@@ -239,10 +243,11 @@ class QwenVL(Family[Grid]):
             "patches_per_image": np.array([t * gh * gw], dtype=np.int64),
         }
 
-    def positions(self, applied: AppliedLayout, plans: list[ItemPlan[Grid]], videos=()) -> MRope:
+    def positions(self, applied: AppliedLayout, plans: Sequence[ItemPlan[Grid]],
+                  videos: Sequence[RopeSpan] = ()) -> MRope:
         """HF ``get_rope_index``; ``videos``: the videos' items (``video_items``), in any order."""
-        spans = [(off, n, p.geometry, None) for (off, n), p in zip(applied.structural_ranges, plans)]
-        spans = sorted([*spans, *videos], key=lambda item: item[0])
+        images: list[RopeSpan] = [(off, n, p.geometry, None) for (off, n), p in zip(applied.structural_ranges, plans)]
+        spans = sorted([*images, *videos], key=lambda item: item[0])
         return mrope_positions(len(applied.input_ids), spans, self.config.merge_size)
 
     # -- video -------------------------------------------------------------------------
@@ -251,16 +256,21 @@ class QwenVL(Family[Grid]):
         """The video processor as a call with ``options`` configures it."""
         video = self.config.video
         if video is None:
-            raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family has no video processor "
-                                  "configured for this model", kind="video")
+            raise self._no_video()
         return video if options is None or options == VideoOptions() else qwen_video.with_options(video, options)
+
+    def _no_video(self) -> PreprocessError:
+        return PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family has no video processor "
+                               "configured for this model", kind="video")
 
     def plan_video(self, video: qwen_video.VideoConfig, meta: VideoMeta, item: int) -> qwen_video.VideoPlan:
         return qwen_video.plan_video(video, meta, item)
 
-    def process_video(self, video: qwen_video.VideoConfig, frames, plan: qwen_video.VideoPlan,
+    def process_video(self, video: qwen_video.VideoConfig, frames: Iterable[np.ndarray], plan: qwen_video.VideoPlan,
                       out: np.ndarray) -> Aux:
         """Write the video's rows of pixel_values_videos; its rows of the other tensors."""
+        if self._video_lut is None:
+            raise self._no_video()
         qwen_video.process_video(video, self._video_lut, frames, plan, out)
         t, h, w = plan.grid
         aux = {"video_grid_thw": np.array([[t, h, w]], dtype=np.int64),
@@ -269,8 +279,7 @@ class QwenVL(Family[Grid]):
             aux["second_per_grid_ts"] = np.array([plan.second_per_grid], dtype=np.float32)
         return aux
 
-    @staticmethod
-    def video_items(offset: int, plan: qwen_video.VideoPlan) -> list[tuple]:
+    def video_items(self, offset: int, plan: qwen_video.VideoPlan) -> list[RopeSpan]:
         """The video's M-RoPE items at ``offset`` in the expanded ids."""
         return [(offset + off, n, grid, interval) for off, n, grid, interval in plan.spans]
 

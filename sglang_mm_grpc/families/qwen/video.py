@@ -23,6 +23,7 @@ from ...core.carriers import VideoMeta, VideoOptions
 from ...core.errors import Code, PreprocessError
 from ...kernels import normalize, resample_pil, resample_tv, video_patchify
 from ...core.layout import Expansion
+from ...core.positions import RopeSpan
 from .. import hf_keys
 from ..base import CLIP_MEAN, CLIP_STD, Normalization
 from .common import smart_resize
@@ -243,7 +244,7 @@ class VideoPlan:
     timestamps: tuple[float, ...] = ()  # Qwen3-VL, per temporal group
     second_per_grid: float | None = None  # Qwen2.5-VL
     #: per item of M-RoPE: (offset in the expansion, token count, (t, h, w), time interval or None)
-    spans: tuple = field(default=(), repr=False)
+    spans: tuple[RopeSpan, ...] = field(default=(), repr=False)
 
     @property
     def token_count(self) -> int:
@@ -260,9 +261,10 @@ def timestamps_qwen3(indices, video_fps: float, temporal: int) -> list[float]:
     return [(ts[i] + ts[i + temporal - 1]) / 2 for i in range(0, len(ts), temporal)]
 
 
-def timestamp_tokens(c: VideoConfig, seconds: float) -> list[int]:
-    """The ids of ``f"<{seconds:.1f} seconds>"`` as Qwen's tokenizer splits it."""
-    lt, gt, dot, word, *digits = c.timestamp_ids
+def timestamp_tokens(ids: tuple[int, ...], seconds: float) -> list[int]:
+    """The ids of ``f"<{seconds:.1f} seconds>"`` as Qwen's tokenizer splits it (``ids``:
+    ``VideoConfig.timestamp_ids``)."""
+    lt, gt, dot, word, *digits = ids
     out = [lt]
     for ch in f"{seconds:.1f}":
         out.append(dot if ch == "." else digits[int(ch)])
@@ -288,26 +290,30 @@ def plan_video(c: VideoConfig, meta: VideoMeta, item: int | None = None) -> Vide
     if c.kind == "qwen3":
         return _plan_qwen3(c, meta, indices, (rh, rw), grid, rows, per_group, item)
     tokens = Expansion.repeat(c.video_token_id, grid.t * per_group)
-    spg = interval = None
+    spg: float | None = None
+    interval: np.float32 | None = None
     if c.tokens_per_second is not None:  # Qwen2_5_VLProcessor: temporal_patch_size / metadata.sampled_fps
         sampled_fps = n / meta.total_num_frames * meta.fps
         spg = tps / sampled_fps
         interval = np.float32(c.tokens_per_second) * np.float32(spg)
-    spans = ((0, len(tokens), tuple(grid), interval),)
+    spans: tuple[RopeSpan, ...] = ((0, len(tokens), (grid.t, grid.h, grid.w), interval),)
     return VideoPlan(meta, tuple(int(i) for i in indices), (rh, rw), grid, rows, tokens, (), spg, spans)
 
 
 def _plan_qwen3(c: VideoConfig, meta: VideoMeta, indices, size, grid: VideoGrid, rows, per_group: int,
                 item: int | None) -> VideoPlan:
-    if c.timestamp_ids is None:
+    ids = c.timestamp_ids
+    if ids is None:
         raise PreprocessError(
             Code.FAILED_PRECONDITION,
             "Qwen3-VL writes each frame group's timestamp as text in the prompt, and this model has no token ids "
             "for it: serve a model directory holding the checkpoint's tokenizer.json", item=item, kind="video")
     stamps = timestamps_qwen3(indices, meta.fps, c.temporal_patch_size)
-    pieces, spans, at = [], [], 0
+    pieces: list[np.ndarray] = []
+    spans: list[RopeSpan] = []
+    at = 0
     for s in stamps:
-        text = timestamp_tokens(c, s)
+        text = timestamp_tokens(ids, s)
         pieces += [np.asarray(text + [c.vision_start_token_id], np.int64),
                    np.full(per_group, c.video_token_id, np.int64), np.asarray([c.vision_end_token_id], np.int64)]
         at += len(text) + 1
@@ -350,8 +356,9 @@ def process_video(c: VideoConfig, lut: np.ndarray, frames: Iterable[np.ndarray],
     for group in _groups(frames, len(plan.indices), c.temporal_patch_size):
         if axes is None:
             h, w = group[0].shape[:2]
-            axes = (*(resample_tv.coeffs(w, rw, mode) if w != rw else _NO_COEFFS),
-                    *(resample_tv.coeffs(h, rh, mode) if h != rh else _NO_COEFFS))
+            bh, kh = resample_tv.coeffs(w, rw, mode) if w != rw else _NO_COEFFS
+            bv, kv = resample_tv.coeffs(h, rh, mode) if h != rh else _NO_COEFFS
+            axes = (bh, kh, bv, kv)
         video_patchify.group_resize_patchify(group, rh, rw, *axes, lut, out[g * per_group:(g + 1) * per_group],
                                              c.patch_size, c.merge_size)
         g += 1
