@@ -1,10 +1,11 @@
-"""Intel AMX int8 tiles for the horizontal resampling pass, where the CPU and the process have them.
+"""Intel AMX int8 tiles, where the CPU and the process have them: asking for them, and the tile operations.
 
 A horizontal pass over a band of source columns is a small matrix product: 16 source rows
 (as RGBX bytes) times a matrix of weights gives 16 rows of a few outputs. AMX's
 ``tdpbusd`` multiplies a 16 x 64 byte tile by a 64 x 16 one in one instruction (16K
 multiply-adds), where AVX-512 does 64 a cycle. Pillow's 22-bit weights go in as three
 signed bytes (``split_weight``); three int32 products recombine exactly (``finish``).
+The pass itself (its weight tiles and bands) is ``resample_amx``'s.
 
 Linux hands AMX's large register state to a process only on request
 (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and the request is a setting of the whole process
@@ -27,7 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .pixels import host_features
+from .simd_ir import I1, I8, I32, I64, as_i64, byte_data, clip8, declare, host_features, splat
 
 _SYS_ARCH_PRCTL = 158  # x86-64
 _ARCH_GET_XCOMP_PERM = 0x1022
@@ -81,27 +82,21 @@ def permitted(typingctx):
     ``syscall``)."""
 
     def codegen(context, builder, signature, args):
-        i1, i64 = ir.IntType(1), ir.IntType(64)
         if not _has_amx(context):
-            return ir.Constant(i1, 0)
-        mask = cgutils.alloca_once_value(builder, ir.Constant(i64, 0))
-        syscall = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64], var_arg=True),
-                                                 "syscall")
-        rax = builder.call(syscall, [ir.Constant(i64, _SYS_ARCH_PRCTL), ir.Constant(i64, _ARCH_GET_XCOMP_PERM),
-                                     builder.ptrtoint(mask, i64)])
-        bit = builder.and_(builder.load(mask), ir.Constant(i64, 1 << _XFEATURE_XTILEDATA))
-        return builder.and_(builder.icmp_signed("==", rax, ir.Constant(i64, 0)),
-                            builder.icmp_unsigned("!=", bit, ir.Constant(i64, 0)))
+            return ir.Constant(I1, 0)
+        mask = cgutils.alloca_once_value(builder, ir.Constant(I64, 0))
+        syscall = declare(builder, "syscall", I64, [I64], var_arg=True)
+        rax = builder.call(syscall, [ir.Constant(I64, _SYS_ARCH_PRCTL), ir.Constant(I64, _ARCH_GET_XCOMP_PERM),
+                                     builder.ptrtoint(mask, I64)])
+        bit = builder.and_(builder.load(mask), ir.Constant(I64, 1 << _XFEATURE_XTILEDATA))
+        return builder.and_(builder.icmp_signed("==", rax, ir.Constant(I64, 0)),
+                            builder.icmp_unsigned("!=", bit, ir.Constant(I64, 0)))
 
     return types.boolean(), codegen
 
 
 def _void(builder, name, argtypes):
-    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), argtypes), name)
-
-
-def _data(context, builder, ty, value):
-    return builder.bitcast(context.make_array(ty)(context, builder, value).data, ir.PointerType(ir.IntType(8)))
+    return declare(builder, name, ir.VoidType(), argtypes)
 
 
 @intrinsic
@@ -110,8 +105,8 @@ def configure(typingctx, cfg):
 
     def codegen(context, builder, signature, args):
         if _has_amx(context):
-            builder.call(_void(builder, "llvm.x86.ldtilecfg", [ir.PointerType(ir.IntType(8))]),
-                         [_data(context, builder, signature.args[0], args[0])])
+            builder.call(_void(builder, "llvm.x86.ldtilecfg", [ir.PointerType(I8)]),
+                         [byte_data(context, builder, signature.args[0], args[0])])
         return context.get_dummy_value()
 
     return types.none(cfg), codegen
@@ -135,9 +130,9 @@ def zero_sums(typingctx):
 
     def codegen(context, builder, signature, args):
         if _has_amx(context):
-            fn = _void(builder, "llvm.x86.tilezero", [ir.IntType(8)])
+            fn = _void(builder, "llvm.x86.tilezero", [I8])
             for t in _C:
-                builder.call(fn, [ir.Constant(ir.IntType(8), t)])
+                builder.call(fn, [ir.Constant(I8, t)])
         return context.get_dummy_value()
 
     return types.none(), codegen
@@ -152,18 +147,15 @@ def accumulate(typingctx, src, si, pitch, weights, wi):
     def codegen(context, builder, signature, args):
         if not _has_amx(context):
             return context.get_dummy_value()
-        i8, i64 = ir.IntType(8), ir.IntType(64)
-        ptr = ir.PointerType(i8)
-        load = _void(builder, "llvm.x86.tileloadd64", [i8, ptr, i64])
-        dot = _void(builder, "llvm.x86.tdpbusd", [i8, i8, i8])
-        wide = lambda a: builder.sext(a, i64) if a.type.width < 64 else a  # noqa: E731
-        s = _data(context, builder, signature.args[0], args[0])
-        w = _data(context, builder, signature.args[3], args[3])
-        builder.call(load, [ir.Constant(i8, _A), builder.gep(s, [wide(args[1])]), wide(args[2])])
+        load = _void(builder, "llvm.x86.tileloadd64", [I8, ir.PointerType(I8), I64])
+        dot = _void(builder, "llvm.x86.tdpbusd", [I8, I8, I8])
+        s = byte_data(context, builder, signature.args[0], args[0])
+        w = byte_data(context, builder, signature.args[3], args[3])
+        builder.call(load, [ir.Constant(I8, _A), builder.gep(s, [as_i64(builder, args[1])]), as_i64(builder, args[2])])
         for p in range(3):
-            at = builder.add(wide(args[4]), ir.Constant(i64, p * TILE_BYTES))
-            builder.call(load, [ir.Constant(i8, _B[p]), builder.gep(w, [at]), ir.Constant(i64, 64)])
-            builder.call(dot, [ir.Constant(i8, _C[p]), ir.Constant(i8, _A), ir.Constant(i8, _B[p])])
+            at = builder.add(as_i64(builder, args[4]), ir.Constant(I64, p * TILE_BYTES))
+            builder.call(load, [ir.Constant(I8, _B[p]), builder.gep(w, [at]), ir.Constant(I64, 64)])
+            builder.call(dot, [ir.Constant(I8, _C[p]), ir.Constant(I8, _A), ir.Constant(I8, _B[p])])
         return context.get_dummy_value()
 
     return types.none(src, si, pitch, weights, wi), codegen
@@ -175,12 +167,11 @@ def store_sums(typingctx, scratch):
 
     def codegen(context, builder, signature, args):
         if _has_amx(context):
-            i8, i64 = ir.IntType(8), ir.IntType(64)
-            fn = _void(builder, "llvm.x86.tilestored64", [i8, ir.PointerType(i8), i64])
-            d = _data(context, builder, signature.args[0], args[0])
+            fn = _void(builder, "llvm.x86.tilestored64", [I8, ir.PointerType(I8), I64])
+            d = byte_data(context, builder, signature.args[0], args[0])
             for p in range(3):
-                builder.call(fn, [ir.Constant(i8, _C[p]), builder.gep(d, [ir.Constant(i64, p * TILE_BYTES)]),
-                                  ir.Constant(i64, 64)])
+                builder.call(fn, [ir.Constant(I8, _C[p]), builder.gep(d, [ir.Constant(I64, p * TILE_BYTES)]),
+                                  ir.Constant(I64, 64)])
         return context.get_dummy_value()
 
     return types.none(scratch), codegen
@@ -196,33 +187,22 @@ def finish(typingctx, scratch, dst, di, pitch, count, half, bits):
     def codegen(context, builder, signature, args):
         if not _has_amx(context):
             return context.get_dummy_value()
-        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-        w16, b16 = ir.VectorType(i32, 16), ir.VectorType(i8, 16)
-        splat = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
-        wide = lambda a: builder.sext(a, i64) if a.type.width < 64 else a  # noqa: E731
-        narrow = lambda a: builder.trunc(a, i32) if a.type.width > 32 else a  # noqa: E731
-
-        def broadcast(v):
-            return builder.shuffle_vector(builder.insert_element(ir.Constant(w16, None), narrow(v), ir.Constant(i32, 0)),
-                                          ir.Constant(w16, None), ir.Constant(w16, [0] * 16))
-
-        s = builder.bitcast(_data(context, builder, signature.args[0], args[0]), ir.PointerType(w16))
-        d = _data(context, builder, signature.args[1], args[1])
-        mask = builder.icmp_signed("<", ir.Constant(w16, list(range(16))), broadcast(args[4]))
-        half, bits = broadcast(args[5]), broadcast(args[6])
+        w16, b16 = ir.VectorType(I32, 16), ir.VectorType(I8, 16)
+        const = lambda c: ir.Constant(w16, [c] * 16)  # noqa: E731
+        s = builder.bitcast(byte_data(context, builder, signature.args[0], args[0]), ir.PointerType(w16))
+        d = byte_data(context, builder, signature.args[1], args[1])
+        mask = builder.icmp_signed("<", ir.Constant(w16, list(range(16))), splat(builder, args[4]))
+        half, bits = splat(builder, args[5]), splat(builder, args[6])
         # the typed-pointer name, which LLVMs with opaque pointers remangle as they read it
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [b16, ir.PointerType(b16), i32, ir.VectorType(i1, 16)]),
-            "llvm.masked.store.v16i8.p0v16i8")
+        store = declare(builder, "llvm.masked.store.v16i8.p0v16i8", ir.VoidType(),
+                        [b16, ir.PointerType(b16), I32, ir.VectorType(I1, 16)])
         for r in range(16):
-            sums = [builder.load(builder.gep(s, [ir.Constant(i64, 16 * p + r)]), align=4) for p in range(3)]
-            v = builder.add(builder.add(sums[0], builder.shl(sums[1], splat(8))), builder.shl(sums[2], splat(16)))
-            v = builder.ashr(builder.add(v, half), bits)
-            v = builder.select(builder.icmp_signed(">", v, splat(255)), splat(255), v)
-            v = builder.select(builder.icmp_signed("<", v, splat(0)), splat(0), v)
-            at = builder.add(wide(args[2]), builder.mul(wide(args[3]), ir.Constant(i64, r)))
-            builder.call(store, [builder.trunc(v, b16), builder.bitcast(builder.gep(d, [at]), ir.PointerType(b16)),
-                                 ir.Constant(i32, 1), mask])
+            sums = [builder.load(builder.gep(s, [ir.Constant(I64, 16 * p + r)]), align=4) for p in range(3)]
+            v = builder.add(builder.add(sums[0], builder.shl(sums[1], const(8))), builder.shl(sums[2], const(16)))
+            v = clip8(builder, builder.add(v, half), bits)
+            at = builder.add(as_i64(builder, args[2]), builder.mul(as_i64(builder, args[3]), ir.Constant(I64, r)))
+            builder.call(store, [v, builder.bitcast(builder.gep(d, [at]), ir.PointerType(b16)), ir.Constant(I32, 1),
+                                 mask])
         return context.get_dummy_value()
 
     return types.none(scratch, dst, di, pitch, count, half, bits), codegen

@@ -23,25 +23,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from .simd_ir import fma32
 
 A = np.float32(-0.75)
-
-
-@intrinsic
-def fma32(typingctx, a, b, c):
-    """Fused ``a * b + c`` in float32, rounded once (LLVM's ``llvm.fma.f32``)."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        f = ir.FloatType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f, [f, f, f]), "llvm.fma.f32")
-        return builder.call(fn, args)
-
-    return sig, codegen
 
 
 @numba.njit(nogil=True, cache=True)

@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .bf16 import round_bf16
-from .pixels import wide_vectors
+from .simd_ir import declare, fma32, wide_vectors
 
 #: float32 outputs at least this large are written with streaming stores (``stream_run``):
 #: they do not fit the caches anyway, and ordinary stores would first read every line they
@@ -240,20 +240,6 @@ def _arith_run(src, n, step, h0, l0, m0, s0, h1, l1, m1, s1, h2, l2, m2, s2, d0,
         d2[i] = (v2 * h2 + v2 * l2 - m2) / s2
 
 
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """float32 ``a * b + c`` rounded once (``llvm.fma``: one instruction where the CPU
-    has FMA, which the loops around it vectorize)."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        f32 = ir.FloatType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
 @numba.njit(nogil=True, cache=True, inline="always")
 def _recip_run(src, n, step, h0, l0, m0, s0, r0, h1, l1, m1, s1, r1, h2, l2, m2, s2, r2, d0, d1, d2):
     """``_arith_run`` with each division ``x / s`` as ``q = x * r`` (``r`` = 1 / s in
@@ -271,9 +257,9 @@ def _recip_run(src, n, step, h0, l0, m0, s0, r0, h1, l1, m1, s1, r1, h2, l2, m2,
         q0 = x0 * r0
         q1 = x1 * r1
         q2 = x2 * r2
-        d0[i] = _fma(_fma(-q0, s0, x0), r0, q0)
-        d1[i] = _fma(_fma(-q1, s1, x1), r1, q1)
-        d2[i] = _fma(_fma(-q2, s2, x2), r2, q2)
+        d0[i] = fma32(fma32(-q0, s0, x0), r0, q0)
+        d1[i] = fma32(fma32(-q1, s1, x1), r1, q1)
+        d2[i] = fma32(fma32(-q2, s2, x2), r2, q2)
 
 
 @intrinsic
@@ -454,9 +440,7 @@ def store_fence(typingctx):
     thread handed the tensor sees every element."""
     def codegen(context, builder, sig, args):
         if _X86:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                "llvm.x86.sse.sfence")
-            builder.call(fn, [])
+            builder.call(declare(builder, "llvm.x86.sse.sfence", ir.VoidType(), []), [])
         else:
             builder.fence("seq_cst")
         return context.get_dummy_value()

@@ -8,29 +8,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
-
-
-@intrinsic
-def wide_vectors(typingctx):
-    """Let LLVM vectorize the calling kernel's loops with the widest vectors the CPU has.
-
-    On CPUs with 512-bit vectors LLVM prefers 256-bit ones by default (a tuning choice
-    for mixed workloads); these kernels are long integer multiply-add and load/store
-    loops that run about twice as fast at full width. Sets the calling function's
-    ``prefer-vector-width`` attribute (no effect where vectors are narrower)."""
-    def codegen(context, builder, sig, args):
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')  # a string attribute llvmlite has no name for
-        return context.get_dummy_value()
-
-    return types.void(), codegen
-
-
-def host_features(context) -> frozenset:
-    """The CPU features the kernels are compiled for (numba's target machine), for
-    intrinsics that emit an instruction only where the CPU has it."""
-    return frozenset(f[1:] for f in context.codegen()._tm_features.split(",") if f.startswith("+"))
 
 
 @numba.njit(nogil=True, cache=True)

@@ -1,4 +1,4 @@
-"""The horizontal pass on AMX tiles (``kernels/amx.py``) against the real Pillow, bit for bit.
+"""The horizontal pass on AMX tiles (``kernels/resample_amx.py``) against the real Pillow, bit for bit.
 
 AMX is a setting of the whole process (``amx.request``), so the checks run in a child
 process that asks for it, as the server does; this test process keeps the AVX-512 path
@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from servers import REPO
-from sglang_mm_grpc.kernels import resample_pil as rp
+from sglang_mm_grpc.kernels import resample_amx as ra, resample_pil as rp
 
 CHILD = r"""
 import json, sys
 import numpy as np
 from PIL import Image
-from sglang_mm_grpc.kernels import amx, resample_pil as rp
+from sglang_mm_grpc.kernels import amx, resample_amx as ra, resample_pil as rp
 
 granted = amx.request()
 cases = json.loads(sys.argv[1])
@@ -40,7 +40,7 @@ for w, h, ow, oh, filt, kind in cases:
     ref = np.asarray(pil.resize((ow, oh), filt))
     got = rp.resize_rgb(rgbx, oh, ow, filt)
     bh, kh = rp.coeffs(w, ow, filt)
-    on_amx = bool(granted and oh >= rp._AMX_ROWS and rp._amx_pays(bh) and rp.amx_plan(bh, kh, w)[0].size)
+    on_amx = bool(granted and oh >= ra.MIN_ROWS and ra.pays(bh) and ra.plan(bh, kh, w)[0].size)
     results.append({"case": [w, h, ow, oh, filt, kind], "equal": bool(np.array_equal(ref, got)), "amx": on_amx})
 # two widths from the same rows (LLaVA-NeXT's base image and its grid), as the family calls it
 two = []
@@ -93,7 +93,7 @@ def test_amx_resizes_equal_pillow(child):
 def test_the_cases_ran_on_amx_where_they_shrink(child):
     """Every case here shrinks its rows with 5 taps or more, so all ran on tiles (else this
     file would check the AVX-512 path twice), but the two with fewer rows than
-    ``_AMX_ROWS``."""
+    ``resample_amx.MIN_ROWS``."""
     assert [r["case"][:4] for r in child["results"] if not r["amx"]] == [[100, 40, 33, 40], [1920, 127, 672, 127]]
 
 
@@ -104,9 +104,9 @@ def test_two_widths_at_once_equal_pillow(child):
 
 
 def test_upscales_stay_on_int16_pairs():
-    assert not rp._amx_pays(rp.coeffs(1920, 1932, BICUBIC)[0])
-    assert not rp._amx_pays(rp.coeffs(640, 672, BICUBIC)[0])
-    assert rp._amx_pays(rp.coeffs(1920, 1600, BICUBIC)[0]) and rp._amx_pays(rp.coeffs(1920, 672, BICUBIC)[0])
+    assert not ra.pays(rp.coeffs(1920, 1932, BICUBIC)[0])
+    assert not ra.pays(rp.coeffs(640, 672, BICUBIC)[0])
+    assert ra.pays(rp.coeffs(1920, 1600, BICUBIC)[0]) and ra.pays(rp.coeffs(1920, 672, BICUBIC)[0])
 
 
 @pytest.mark.parametrize("filt", [BICUBIC, LANCZOS, BILINEAR, HAMMING, BOX])
@@ -116,7 +116,7 @@ def test_weights_split_into_three_signed_bytes_exactly(filt):
     channel, and nothing else is set."""
     for w, ow in ((1920, 672), (101, 7), (4000, 3), (500, 251)):
         bounds, kk = rp.coeffs(w, ow, filt)
-        runs, starts, weights = rp.amx_plan(bounds, kk, w)
+        runs, starts, weights = ra.plan(bounds, kk, w)
         tiles = weights.astype(np.int64)
         whole = tiles[:, :, 0] + tiles[:, :, 1] * 256 + tiles[:, :, 2] * 65536  # [band, run, 1024]
         seen = np.zeros_like(whole, dtype=bool)
@@ -135,5 +135,5 @@ def test_weights_split_into_three_signed_bytes_exactly(filt):
 
 def test_no_band_plan_for_rows_under_one_run():
     bounds, kk = rp.coeffs(15, 5, BICUBIC)
-    assert rp.amx_plan(bounds, kk, 15)[0].size == 0
+    assert ra.plan(bounds, kk, 15)[0].size == 0
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from sglang_mm_grpc.kernels import resample_pil as rp
+from sglang_mm_grpc.kernels import convolve_u8, resample_pil as rp
 
 FILTERS = [rp.NEAREST, rp.LANCZOS, rp.BILINEAR, rp.BICUBIC, rp.BOX, rp.HAMMING]
 NAMES = {rp.NEAREST: "NEAREST", rp.LANCZOS: "LANCZOS", rp.BILINEAR: "BILINEAR",
@@ -392,7 +392,7 @@ def test_pass_kernels_wrap_like_int32(nc):
 
 def test_pass_kernels_take_any_int32_weights():
     """The passes compute taps in int16 halves of each weight where the weights allow it
-    (``_pairable``) and in int32 otherwise: weights past 2**26, and more taps than the
+    (``convolve_u8.pairable``) and in int32 otherwise: weights past 2**26, and more taps than the
     halves' sums hold (a shrink by thousands), give Resample.c's int32 results too."""
     rng = np.random.default_rng(5)
     for nc in (1, 3, 4):
@@ -419,8 +419,8 @@ def test_pass_kernels_take_any_int32_weights():
 @pytest.mark.parametrize("shift", [0, 6, 11, 22])
 def test_pass_kernels_take_shifted_int16_weights(shift):
     """Weights that are int16 values shifted left by a common amount (torch's int16
-    weights in 22 bits) take one multiply-add a pair of taps (``_split_pairs``'s single
-    mode); the results equal Resample.c's int32 sums, wrap-around included, for both
+    weights in 22 bits) take one multiply-add a pair of taps (``convolve_u8.split_pairs``'s
+    single mode); the results equal Resample.c's int32 sums, wrap-around included, for both
     passes, every channel count and RGBX."""
     rng = np.random.default_rng(61 + shift)
     for nc, sp in ((1, 1), (3, 3), (3, 4), (4, 4)):
@@ -430,7 +430,7 @@ def test_pass_kernels_take_shifted_int16_weights(shift):
             kk = np.zeros((out, 13), np.int32)
             for i, n in enumerate(bounds[:, 1]):
                 kk[i, :n] = (rng.integers(-32768, 32768, n) << shift).astype(np.int32)  # wraps past 2**31
-            assert rp._split_pairs(bounds, kk)[2] == shift or not kk.any()
+            assert convolve_u8.split_pairs(bounds, kk)[2] == shift or not kk.any()
             shape = (out, 90, nc) if axis == 0 else (70, out, nc)
             got = np.empty(shape, np.uint8)
             if axis == 0:
@@ -448,9 +448,9 @@ def test_torch_weights_take_the_single_mode():
     for mode in ("bilinear", "bicubic"):
         for i, o in ((640, 336), (1920, 1680), (300, 310)):
             bounds, kk = resample_tv.coeffs(i, o, mode)
-            assert rp._split_pairs(bounds, kk)[2] >= 0
+            assert convolve_u8.split_pairs(bounds, kk)[2] >= 0
     bounds, kk = rp.coeffs(640, 336, rp.BICUBIC)
-    assert rp._split_pairs(bounds, kk)[2] == -1  # Pillow's 22-bit weights: int16 halves
+    assert convolve_u8.split_pairs(bounds, kk)[2] == -1  # Pillow's 22-bit weights: int16 halves
 
 
 def _rgbx(rgb: np.ndarray, pad: int) -> np.ndarray:
