@@ -298,7 +298,7 @@ class Server:
         owner = owners.Owner(owners.check_replica_id(cfg.replica_id or owners.default_replica_id(port)),
                              cfg.process_index)
         self.store.set_owner(str(owner))
-        self.servicer.owner = owner
+        self.servicer.set_owner(owner)
         self.gate.owner_metadata = ((owners.METADATA_KEY, str(owner)),)
         self._open_shm(port)
 
