@@ -10,15 +10,20 @@ Run where torch is installed next to the project's test extra:
     python scripts/gen_fixtures.py --check            # compare with the committed files
     python scripts/gen_fixtures.py --list
 
-Adding a set is one function::
+Adding a set is one function, a generator of cases::
 
-    @fixture_set("my_set")
     def my_set():
         \"\"\"What it covers and how its cases are chosen (seeds, sizes).\"\"\"
         for ...:
             recipe = {"make": "png", "h": 300, "w": 500, "seed": 1, "kind": "noise"}
             raw = build_input(recipe)                # tests/fixtures.build_input
             yield case("300x500-noise", recipe, {"pixel_values": reference(raw)}, params={...})
+
+A family's sets belong to its reference module, ``tests/references/<family>.py``, in its
+``FIXTURE_SETS`` (set name -> function), which this script finds by the module's name
+(``case`` and ``build_input`` are in ``references.common``). The sets of no family (the
+kernels': resampling, bfloat16, lookup tables) are here, each registered with
+``@fixture_set("my_set")``.
 
 Inputs are never stored, only their recipe (``tests/fixtures.build_input``) and a digest
 proving the test rebuilt the same input; outputs are stored as shape, dtype and sha256
@@ -30,6 +35,7 @@ library versions rewrites identical files. The consuming test reads the set with
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -38,12 +44,13 @@ from typing import Callable, Iterable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]  # the test helpers, and the package where it is not installed
 
 import fixtures  # noqa: E402  (tests/fixtures.py: recipes, digests, paths)
 from fixtures import build_input  # noqa: E402
+from references.common import case, load_torch  # noqa: E402  (tests/references: the parity references)
 
-#: name -> generator function; filled by @fixture_set.
+#: name -> generator function; filled by @fixture_set and register_family_sets.
 SETS: dict[str, Callable[[], Iterable[dict]]] = {}
 
 
@@ -57,18 +64,6 @@ def fixture_set(name: str):
         return fn
 
     return register
-
-
-def case(case_id: str, recipe: dict, outputs: dict[str, np.ndarray], params: dict | None = None,
-         inline_bytes: int = fixtures.INLINE_BYTES) -> dict:
-    """One case: how to rebuild the input, the parameters, and the reference outputs."""
-    return {
-        "id": case_id,
-        "input": recipe,
-        "input_sha256": fixtures.input_digest(build_input(recipe)),
-        "params": params or {},
-        "outputs": {k: fixtures.digest(np.asarray(v), inline_bytes) for k, v in outputs.items()},
-    }
 
 
 def versions() -> dict[str, str]:
@@ -110,16 +105,9 @@ def dump(doc: dict) -> str:
 # -- shared reference helpers -------------------------------------------------------------
 
 
-def _torch():
-    import torch
-
-    torch.set_num_threads(1)  # results do not depend on it; keeps runs quiet and comparable
-    return torch
-
-
 def tv_resize_u8(img: np.ndarray, out_h: int, out_w: int, mode: str) -> np.ndarray:
     """torchvision's resize of an HWC (or HW) uint8 array, returned in the same layout."""
-    torch = _torch()
+    torch = load_torch()
     import torchvision.transforms.v2.functional as tvF
     from torchvision.transforms import InterpolationMode
 
@@ -134,7 +122,7 @@ def tv_resize_u8(img: np.ndarray, out_h: int, out_w: int, mode: str) -> np.ndarr
 
 
 def interpolate_bicubic(x: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
-    torch = _torch()
+    torch = load_torch()
     t = torch.from_numpy(np.ascontiguousarray(x))[None]
     return torch.nn.functional.interpolate(t, (out_h, out_w), mode="bicubic", align_corners=False,
                                            antialias=False)[0].numpy()
@@ -241,7 +229,7 @@ LUT_INPUT = {"make": "uint8_values"}
 
 def _values_tensor():
     """uint8 [1, 3, 16, 16] holding 0..255 in each channel plane (the LUT input)."""
-    torch = _torch()
+    torch = load_torch()
     return torch.from_numpy(build_input(LUT_INPUT)).reshape(1, 3, 16, 16)
 
 
@@ -251,7 +239,7 @@ def bf16_set():
     random bit patterns (recipe float32_bits, seed 4000), and transformers'
     Llama4ImageProcessor.rescale_and_normalize of every uint8 value for several
     mean/std/factor configurations and each do_rescale/do_normalize combination that runs."""
-    torch = _torch()
+    torch = load_torch()
     specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 3.4e38, 3.3961e38, -3.3961e38, 1e-40, -1e-45,
                          0.0, -0.0, 1.0039062, 1.0117188, 1.00390625, 1.01171875, 65504.0, 1 / 255],
                         np.float32)
@@ -296,346 +284,27 @@ def torchvision_lut_set():
                             "do_rescale": do_rescale, "do_normalize": do_normalize}, inline_bytes=1 << 13)
 
 
-QWEN_PRESETS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
-QWEN_SIZES = [(1, 1), (13, 7), (28, 28), (55, 57), (56, 56), (101, 333), (300, 500), (448, 448), (999, 777),
-              (1080, 1920), (3000, 20), (20, 3000), (224, 4000)]
-# Model directories with non-default settings (the torchvision filters other than bicubic).
-QWEN_DIRS = {
-    "bilinear-half": {"min_pixels": 4096, "max_pixels": 409600, "resample": 2, "image_mean": [0.5, 0.5, 0.5],
-                      "image_std": [0.5, 0.5, 0.5]},
-    "lanczos-patch16": {"min_pixels": 1024, "max_pixels": 1048576, "patch_size": 16, "resample": 1},
-    "nearest": {"resample": 0, "max_pixels": 250000, "min_pixels": 100000},
-    "temporal1-no-normalize": {"temporal_patch_size": 1, "do_normalize": False, "max_pixels": 300000},
-}
+# -- the families' sets -------------------------------------------------------------------
+
+#: One reference module per family, ``tests/references/<family>.py``, and the shared
+#: ``common.py``.
+REFERENCES = ROOT / "tests" / "references"
 
 
-def qwen_reference(preprocessor_config: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-    """The real Qwen2VLImageProcessor (torchvision class) on PARITY.md's reference input."""
-    _torch()
-    from reference import reference_input
-    from transformers import Qwen2VLImageProcessor
-
-    cfg = {k: v for k, v in preprocessor_config.items() if k not in ("image_processor_type", "processor_class")}
-    out = Qwen2VLImageProcessor(**cfg)([reference_input(r) for r in raws], return_tensors="np")
-    return {k: np.asarray(v) for k, v in out.items()}
+def family_modules() -> list[str]:
+    """The names of the family reference modules."""
+    return sorted(p.stem for p in REFERENCES.glob("*.py") if p.stem not in ("__init__", "common"))
 
 
-@fixture_set("qwen_torchvision")
-def qwen_torchvision_set():
-    """transformers' Qwen2VLImageProcessor (torchvision backend, CPU) on PNG/JPEG bytes
-    from imagegen: the Qwen2-VL and Qwen3-VL presets over tiny, thin, odd, on-grid and
-    HD sizes with noise and smooth content, a few Pillow modes, one multi-image request
-    and one large JPEG; model directories with bilinear, lanczos, nearest and no-normalize
-    settings. Outputs: pixel_values (digest) and image_grid_thw."""
-    sys.path.insert(0, str(ROOT))
-    from sglang_mm_grpc.config import resolve
-
-    for preset in QWEN_PRESETS:
-        pre = resolve(preset).preprocessor_config
-        tag = preset.split("/")[1]
-        for h, w in QWEN_SIZES:
-            for kind in ("noise", "smooth"):
-                recipe = {"make": "png", "h": h, "w": w, "seed": h * 7 + w, "kind": kind}
-                ref = qwen_reference(pre, [build_input(recipe)])
-                yield case(f"{tag}-{h}x{w}-{kind}", recipe, ref, {"model": preset})
-        for name in ("png_rgba", "png_p_transparency", "jpeg_cmyk", "jpeg_exif_orientation_6", "png_la"):
-            recipe = {"make": "mode", "name": name}
-            yield case(f"{tag}-mode-{name}", recipe, qwen_reference(pre, [build_input(recipe)]), {"model": preset})
-        items = [{"make": "png", "h": 40 + 37 * i, "w": 300 - 23 * i, "seed": i, "kind": "noise"} for i in range(4)]
-        items.append({"make": "jpeg", "h": 480, "w": 640, "seed": 0, "kind": "smooth"})
-        recipe = {"make": "list", "items": items}
-        yield case(f"{tag}-five-images", recipe, qwen_reference(pre, build_input(recipe)), {"model": preset})
-    recipe = {"make": "jpeg", "h": 2000, "w": 3000, "seed": 3, "kind": "smooth"}
-    pre = resolve(QWEN_PRESETS[0]).preprocessor_config
-    yield case("Qwen2-VL-7B-Instruct-2000x3000-jpeg", recipe, qwen_reference(pre, [build_input(recipe)]),
-               {"model": QWEN_PRESETS[0]})
-    for name, pre in QWEN_DIRS.items():
-        for h, w in ((300, 500), (37, 2000), (13, 7), (1080, 1920)):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h + w, "kind": "noise"}
-            yield case(f"dir-{name}-{h}x{w}", recipe, qwen_reference(pre, [build_input(recipe)]),
-                       {"preprocessor_config": pre})
+def register_family_sets() -> None:
+    """Each family's sets: the ``FIXTURE_SETS`` of ``references.<family>``, if it has any."""
+    for family in family_modules():
+        module = importlib.import_module(f"references.{family}")
+        for name, fn in getattr(module, "FIXTURE_SETS", {}).items():
+            fixture_set(name)(fn)
 
 
-LLAMA4_PRESET = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
-LLAMA4_SIZES = [(1, 1), (13, 7), (100, 100), (300, 500), (335, 336), (336, 336), (337, 336), (336, 672),
-                (673, 672), (999, 777), (1008, 1008), (1342, 2464), (1, 2000), (3000, 20), (336, 5376)]
-# Model directories with non-default settings (filters, canvases, tile size, value paths).
-LLAMA4_DIRS = {
-    "bicubic-max-canvas-4": {"resample": 3, "max_patches": 4, "resize_to_max_canvas": True},
-    "tile224-clip-stats": {"size": {"height": 224, "width": 224}, "image_mean": [0.48145466, 0.4578275, 0.40821073],
-                           "image_std": [0.26862954, 0.26130258, 0.27577711], "max_patches": 6},
-    "lanczos-rescale-only": {"resample": 1, "do_normalize": False, "rescale_factor": 0.0137},
-    "nearest-no-rescale": {"resample": 0, "do_normalize": False, "do_rescale": False, "max_patches": 8},
-}
-
-
-def llama4_reference(preprocessor_config: dict, processor_config: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-    """transformers' Llama4ImageProcessor (bf16 pixel_values as float32, exact) and the
-    Llama4Processor's ids for a prompt of one <|image|> per image (the expansions back to
-    back), with a word tokenizer holding Llama 4's special-token ids."""
-    _torch()
-    sys.path.insert(0, str(ROOT))
-    from reference import llama4_reference as build, reference_input, run_torch_reference
-    from sglang_mm_grpc.families.llama4 import LLAMA4_IDS
-
-    proc = build(preprocessor_config, processor_config, LLAMA4_IDS)
-    out = run_torch_reference(proc.image_processor, raws)
-    ratios = out["aspect_ratios"]
-    ids = proc(images=[reference_input(r) for r in raws], text=["<|image|>" * len(raws)], return_tensors="pt")
-    return {
-        "pixel_values": out["pixel_values"],
-        "aspect_ratios": ratios,
-        "patches_per_image": np.array([r * c + (r * c > 1) for r, c in ratios.tolist()], dtype=np.int64),
-        "input_ids": ids["input_ids"][0].numpy(),
-    }
-
-
-@fixture_set("llama4")
-def llama4_set():
-    """transformers' Llama4ImageProcessor (torchvision, CPU; pixel_values bfloat16 stored
-    as float32) and Llama4Processor ids on PNG/JPEG bytes from imagegen: the Scout preset
-    over tiny, thin, odd and tile-multiple sizes (noise, and smooth up to 1 MP), every third
-    canvas shape and the two thinnest (JPEG, sized to need a resize where one exists; the
-    torch-run parity suite covers all 50), a few Pillow
-    modes, a multi-image request and a large JPEG; model directories with bicubic,
-    lanczos and nearest filters, max-canvas, a 224 tile, rescale-only and raw values.
-    Outputs: pixel_values (digest), aspect_ratios, patches_per_image (tiles per image,
-    global included) and input_ids (one <|image|> per image, expanded)."""
-    from sglang_mm_grpc.config import resolve
-    from sglang_mm_grpc.families import llama4
-
-    src = resolve(LLAMA4_PRESET)
-    pre, proc = src.preprocessor_config, src.processor_config
-    params = {"model": LLAMA4_PRESET}
-    for h, w in LLAMA4_SIZES:
-        for kind in ("noise", "smooth") if h * w <= 1_000_000 else ("noise",):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h * 7 + w, "kind": kind}
-            yield case(f"scout-{h}x{w}-{kind}", recipe, llama4_reference(pre, proc, [build_input(recipe)]), params)
-    canvases = llama4.supported_canvases(16, 336)
-    for ch, cw in dict.fromkeys(canvases[::3] + ((336, 5376), (5376, 336))):
-        h, w = ch, cw
-        for f in (1.3, 1.15, 0.9, 0.8, 1.05, 0.97):
-            a, b = round(ch * f) + 3, round(cw * f) - 5
-            if llama4.best_canvas(a, b, canvases) == (ch, cw) and llama4.resized_size(a, b, (ch, cw), 336) != (a, b):
-                h, w = a, b
-                break
-        recipe = {"make": "jpeg", "h": h, "w": w, "seed": h + w, "kind": "smooth"}
-        yield case(f"scout-canvas-{ch // 336}x{cw // 336}-{h}x{w}", recipe,
-                   llama4_reference(pre, proc, [build_input(recipe)]), params)
-    for name in ("png_rgba", "png_p_transparency", "jpeg_cmyk", "jpeg_exif_orientation_6", "png_la", "gif_animated"):
-        recipe = {"make": "mode", "name": name}
-        yield case(f"scout-mode-{name}", recipe, llama4_reference(pre, proc, [build_input(recipe)]), params)
-    items = [{"make": "png", "h": 40 + 337 * i, "w": 900 - 173 * i, "seed": i, "kind": "noise"} for i in range(4)]
-    items += [{"make": "png", "h": 300, "w": 500, "seed": 9, "kind": "smooth"}, {"make": "mode", "name": "png_rgba"}]
-    recipe = {"make": "list", "items": items}
-    yield case("scout-six-images", recipe, llama4_reference(pre, proc, build_input(recipe)), params)
-    recipe = {"make": "jpeg", "h": 2000, "w": 3000, "seed": 3, "kind": "smooth"}
-    yield case("scout-2000x3000-jpeg", recipe, llama4_reference(pre, proc, [build_input(recipe)]), params)
-    for name, dir_pre in LLAMA4_DIRS.items():
-        for h, w in ((300, 500), (37, 2000), (13, 7), (1080, 1920)):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h + w, "kind": "noise"}
-            yield case(f"dir-{name}-{h}x{w}", recipe, llama4_reference(dir_pre, {}, [build_input(recipe)]),
-                       {"preprocessor_config": dir_pre, "config": {"model_type": "llama4"}})
-
-
-PHI4_PRESET = "microsoft/Phi-4-multimodal-instruct"
-PHI4_SIZES = [(1, 1), (13, 7), (10, 3000), (3000, 20), (300, 500), (500, 300), (448, 448), (449, 448), (999, 777),
-              (1000, 700), (448, 1741), (1292, 896), (200, 16128), (449, 8512), (3136, 3136),
-              (4000, 3000), (20, 16000)]
-
-
-def phi4_reference(pre: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-    """The real Phi4MultimodalProcessor (image processor + word-level tokenizer): the
-    image processor's outputs and the expanded ids of "hello <image> world ..."."""
-    _torch()
-    from phi_reference import phi4_processor, phi4_prompt
-    from reference import reference_input
-
-    proc = phi4_processor(pre)
-    images = [reference_input(r) for r in raws]
-    out = {k: np.asarray(v) for k, v in proc.image_processor(images, return_tensors="np").items()}
-    text, _ = phi4_prompt(len(raws))
-    out["input_ids"] = np.asarray(proc(text=text, images=images, return_tensors="np")["input_ids"][0])
-    return out
-
-
-@fixture_set("phi4")
-def phi4_set():
-    """transformers' Phi4MultimodalImageProcessor (torchvision, CPU) and the expanded ids of
-    Phi4MultimodalProcessor (word-level tokenizer, <|endoftext10|> = 200010; prompt from
-    tests/phi_reference.phi4_prompt) for the Phi-4-multimodal preset: tiny, thin, odd,
-    padded grids of every orientation, grids past dynamic_hd (closest-aspect search), a
-    large JPEG, Pillow modes, and one three-image request (batch padding with ones masks);
-    a model directory with dynamic_hd 4 and size 224 / patch 16. Outputs:
-    image_pixel_values, image_sizes, image_attention_mask, num_img_tokens, input_ids."""
-    sys.path.insert(0, str(ROOT))
-    from sglang_mm_grpc.config import resolve
-
-    pre = resolve(PHI4_PRESET).preprocessor_config
-    for h, w in PHI4_SIZES:
-        kind = "noise" if h * w < 400_000 else "smooth"
-        recipe = {"make": "png" if h * w < 1_000_000 else "jpeg", "h": h, "w": w, "seed": h + 3 * w, "kind": kind}
-        yield case(f"{h}x{w}-{kind}", recipe, phi4_reference(pre, [build_input(recipe)]), {"model": PHI4_PRESET})
-    for name in ("png_rgba", "png_p_transparency", "jpeg_cmyk", "jpeg_exif_orientation_6", "png_la", "gif_animated"):
-        recipe = {"make": "mode", "name": name}
-        yield case(f"mode-{name}", recipe, phi4_reference(pre, [build_input(recipe)]), {"model": PHI4_PRESET})
-    items = [{"make": "png", "h": 300, "w": 500, "seed": 1, "kind": "noise"},
-             {"make": "jpeg", "h": 1000, "w": 700, "seed": 2, "kind": "smooth"},
-             {"make": "png", "h": 13, "w": 7, "seed": 3, "kind": "noise"}]
-    recipe = {"make": "list", "items": items}
-    yield case("three-images", recipe, phi4_reference(pre, build_input(recipe)), {"model": PHI4_PRESET})
-    for name, extra in {"dynamic-hd-4": {"dynamic_hd": 4},
-                        "size224-patch16": {"size": {"height": 224, "width": 224}, "patch_size": 16}}.items():
-        d = dict(pre) | extra
-        for h, w in ((300, 500), (37, 2000), (1080, 1920)):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h * w, "kind": "noise"}
-            yield case(f"dir-{name}-{h}x{w}", recipe, phi4_reference(d, [build_input(recipe)]),
-                       {"preprocessor_config": d})
-
-
-PHI3V_PRESETS = {"microsoft/Phi-3-vision-128k-instruct": 16, "microsoft/Phi-3.5-vision-instruct": 4}
-PHI3V_SIZES = [(1, 1), (13, 7), (7, 13), (1, 2000), (3000, 20), (300, 500), (500, 300), (336, 336), (337, 336),
-               (1000, 40), (40, 1000), (999, 777), (1008, 1680), (1344, 1344), (2000, 3000)]
-
-
-def phi3v_fixture_reference(raws: list[bytes], num_crops: int, mean, std) -> dict[str, np.ndarray]:
-    """tests/phi_reference.phi3v_reference (the published remote code, transcribed) and
-    the expanded ids of its layout (<|image_k|> -> 32044 x num_img_tokens)."""
-    _torch()
-    from phi_reference import phi3v_expected_ids, phi3v_reference
-
-    out = phi3v_reference(raws, num_crops, mean, std)
-    _, ids = phi3v_expected_ids(len(raws), out["num_img_tokens"].tolist(), 32044)
-    out["input_ids"] = np.asarray(ids, dtype=np.int64)
-    return out
-
-
-@fixture_set("phi3v")
-def phi3v_set():
-    """Phi-3-vision / Phi-3.5-vision from tests/phi_reference.phi3v_reference, an
-    independent transcription of Microsoft's published Phi3VImageProcessor (PIL
-    transpose/resize/pad, torchvision ToTensor + Normalize, torch F.interpolate bicubic),
-    for both presets (num_crops 16 and 4): tiny, thin (refused sizes excluded), odd,
-    exact-fit and large sizes, Pillow modes, one three-image request; a model directory
-    with num_crops 9 and other statistics. Outputs: pixel_values, image_sizes,
-    num_img_tokens, input_ids (prompt: tests/phi_reference.phi3v_expected_ids)."""
-    sys.path.insert(0, str(ROOT))
-    from sglang_mm_grpc.config import resolve
-    from sglang_mm_grpc.families import phi3v
-
-    for preset, n in PHI3V_PRESETS.items():
-        pre = resolve(preset).preprocessor_config
-        tag = preset.split("/")[1]
-        mean, std = pre["image_mean"], pre["image_std"]
-        for h, w in PHI3V_SIZES:
-            if phi3v.hd_geometry(h, w, n).resized_h == 0:
-                continue
-            kind = "noise" if h * w < 400_000 else "smooth"
-            recipe = {"make": "png" if h * w < 1_000_000 else "jpeg", "h": h, "w": w, "seed": 2 * h + w, "kind": kind}
-            yield case(f"{tag}-{h}x{w}-{kind}", recipe, phi3v_fixture_reference([build_input(recipe)], n, mean, std),
-                       {"model": preset})
-        for name in ("png_rgba", "jpeg_cmyk", "jpeg_exif_orientation_8", "png_1"):
-            recipe = {"make": "mode", "name": name}
-            yield case(f"{tag}-mode-{name}", recipe, phi3v_fixture_reference([build_input(recipe)], n, mean, std),
-                       {"model": preset})
-        items = [{"make": "png", "h": 336, "w": 672, "seed": 1, "kind": "noise"},
-                 {"make": "jpeg", "h": 640, "w": 480, "seed": 2, "kind": "smooth"},
-                 {"make": "png", "h": 30, "w": 3000, "seed": 3, "kind": "noise"}]
-        recipe = {"make": "list", "items": items}
-        yield case(f"{tag}-three-images", recipe, phi3v_fixture_reference(build_input(recipe), n, mean, std),
-                   {"model": preset})
-    d = {"image_processor_type": "Phi3VImageProcessor", "num_crops": 9, "image_mean": [0.5, 0.5, 0.5],
-         "image_std": [0.25, 0.5, 0.125]}
-    for h, w in ((300, 500), (37, 600), (1080, 1920)):
-        recipe = {"make": "jpeg", "h": h, "w": w, "seed": h + w, "kind": "smooth"}
-        yield case(f"dir-crops9-{h}x{w}", recipe,
-                   phi3v_fixture_reference([build_input(recipe)], 9, d["image_mean"], d["image_std"]),
-                   {"preprocessor_config": d})
-
-
-INKLING_PRESET = "thinkingmachines/Inkling"
-INKLING2_PRESET = "thinkingmachines/Inkling-2-Small-MXFP8"
-INKLING_SIZES = [(1, 1), (13, 7), (39, 39), (40, 40), (41, 41), (40, 80), (80, 40), (79, 121), (300, 500), (500, 300),
-                 (1, 2000), (2000, 1), (20, 3000), (999, 777)]
-INKLING_MODES = ("png_rgba", "png_p_transparency", "png_la", "gif_transparent", "webp_lossless_rgba",
-                 "png_rgba_exif_orientation_6", "jpeg_cmyk", "jpeg_exif_orientation_6", "gif_animated")
-INKLING_DIRS = {
-    "2x-cap-2048": {"rescale_image_frac": 2.0, "rescale_image_max_upscaled_long_edge": 2048},
-    "1.5x-no-cap": {"rescale_image_frac": 1.5, "rescale_image_max_upscaled_long_edge": None},
-    "0.37x": {"rescale_image_frac": 0.37},
-    "bicubic-2x": {"rescale_image_frac": 2.0, "resample": 3},
-    "1.25x-other-stats": {"rescale_image_frac": 1.25, "image_mean": [0.5, 0.25, 0.75], "image_std": [0.2, 0.3, 0.4]},
-}
-INKLING2_DIRS = {
-    "patch-20x30": {"size": {"height": 20, "width": 30}},
-    "clip-stats": {"image_mean": [0.48145466, 0.4578275, 0.40821073],
-                   "image_std": [0.26862954, 0.26130258, 0.27577711]},
-}
-
-
-def inkling_fixture_reference(pre: dict, raws: list[bytes], version: int) -> dict[str, np.ndarray]:
-    """transformers' InklingImageProcessor (version 1) or Inkling2ImageProcessor (2) outputs,
-    and the processor's ids for tests/reference.inkling_prompt (words around one
-    <|unused_200054|> per image, after a <|content_image|> marker for version 1)."""
-    _torch()
-    from reference import inkling_prompt, inkling_reference, reference_input, run_torch_reference
-
-    proc = inkling_reference(pre, version=version)
-    out = run_torch_reference(proc.image_processor, raws)
-    text, _ = inkling_prompt(len(raws), marker=version == 1)
-    ids = proc(images=[reference_input(r) for r in raws], text=[text], return_tensors="pt")
-    out["input_ids"] = ids["input_ids"][0].numpy()
-    return out
-
-
-def _inkling_cases(preset: str, version: int, sizes, dirs: dict):
-    from sglang_mm_grpc.config import resolve
-
-    src = resolve(preset)
-    pre, params = src.preprocessor_config, {"model": preset}
-    for h, w in sizes:
-        for kind in ("noise", "smooth"):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h * 5 + w, "kind": kind}
-            yield case(f"{h}x{w}-{kind}", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
-    for name in INKLING_MODES:
-        recipe = {"make": "mode", "name": name}
-        yield case(f"mode-{name}", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
-    items = [{"make": "png", "h": 40 + 137 * i, "w": 600 - 113 * i, "seed": i, "kind": "noise"} for i in range(4)]
-    items += [{"make": "jpeg", "h": 300, "w": 500, "seed": 9, "kind": "smooth"}, {"make": "mode", "name": "png_rgba"}]
-    recipe = {"make": "list", "items": items}
-    yield case("six-images", recipe, inkling_fixture_reference(pre, build_input(recipe), version), params)
-    recipe = {"make": "jpeg", "h": 2000, "w": 3000, "seed": 3, "kind": "smooth"}
-    yield case("2000x3000-jpeg", recipe, inkling_fixture_reference(pre, [build_input(recipe)], version), params)
-    for name, extra in dirs.items():
-        d = {**pre, **extra}
-        for h, w in ((300, 500), (37, 2000), (13, 7), (1080, 1920)):
-            recipe = {"make": "png", "h": h, "w": w, "seed": h + w, "kind": "noise"}
-            yield case(f"dir-{name}-{h}x{w}", recipe, inkling_fixture_reference(d, [build_input(recipe)], version),
-                       {"preprocessor_config": d, "config": src.config})
-
-
-@fixture_set("inkling")
-def inkling_set():
-    """transformers' InklingImageProcessor (torchvision, CPU) and InklingProcessor ids
-    (word tokenizer holding the Inkling special tokens; prompt from
-    tests/reference.inkling_prompt, a <|content_image|> marker before each placeholder) for
-    the thinkingmachines/Inkling preset (no rescale): tiny, thin, odd and 40-px-grid
-    sizes, noise and smooth; Pillow modes with alpha, palette, CMYK, EXIF; a six-image
-    request; a 2000x3000 JPEG; model directories that rescale (2x capped at 2048, as SGLang
-    serves; 1.5x uncapped; 0.37x down; bicubic; other statistics), resizing with torch's
-    uint8 Lanczos. Outputs: pixel_values (digest), num_patches, input_ids."""
-    yield from _inkling_cases(INKLING_PRESET, 1, INKLING_SIZES, INKLING_DIRS)
-
-
-@fixture_set("inkling2")
-def inkling2_set():
-    """transformers' Inkling2ImageProcessor (torchvision, CPU) and Inkling2Processor ids
-    (word tokenizer; prompt from tests/reference.inkling_prompt without markers) for the
-    thinkingmachines/Inkling-2-Small-MXFP8 preset: the same sizes and modes as the inkling
-    set (those with alpha composited onto the processor's checkerboard), a six-image
-    request, a 2000x3000 JPEG, and model directories with 20x30 patches and CLIP
-    statistics. Outputs: pixel_values (digest), image_grid_thw, input_ids."""
-    yield from _inkling_cases(INKLING2_PRESET, 2, INKLING_SIZES, INKLING2_DIRS)
+register_family_sets()
 
 
 # -- command line -------------------------------------------------------------------------

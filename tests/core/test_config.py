@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import imagegen
-from reference import qwen_reference, run_reference
+from references import qwen as hf_qwen
+from references.common import run_reference
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import preset_names, resolve
 
@@ -42,7 +43,7 @@ def test_preset_token_ids_match_transformers_config(preset):
 @pytest.mark.parametrize("preset", sorted(QWEN_CONFIG_CLASSES))
 def test_preset_processor_values(preset):
     """The preset's processor values as the transformers class resolves them."""
-    ref = qwen_reference(resolve(preset).preprocessor_config)
+    ref = hf_qwen.reference(resolve(preset).preprocessor_config)
     c = Preprocessor.from_model(preset).family.config
     assert (c.min_pixels, c.max_pixels) == (ref.size["shortest_edge"], ref.size["longest_edge"])
     assert (c.patch_size, c.temporal_patch_size, c.merge_size) == (ref.patch_size, ref.temporal_patch_size, ref.merge_size)
@@ -67,7 +68,7 @@ def test_key_variants(tmp_path, ours, canonical):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     pp = Preprocessor.from_model(str(tmp_path))
     raws = [imagegen.png(300, 500), imagegen.png(777, 333, seed=2)]
-    out, ref = pp.preprocess(raws), run_reference(qwen_reference(canonical), raws)
+    out, ref = pp.preprocess(raws), run_reference(hf_qwen.reference(canonical), raws)
     assert np.array_equal(out.pixel_values, ref["pixel_values"])
     assert np.array_equal(out.tensors["image_grid_thw"], ref["image_grid_thw"])
 

@@ -217,7 +217,7 @@ def test_inkling_detail_low_against_the_processor(tmp_path):
     """The real InklingImageProcessor called with rescale_image_frac=None."""
     from transformers import InklingImageProcessor
 
-    from reference import reference_input
+    from references.common import reference_input
 
     src = resolve(INKLING)
     cfg = {k: v for k, v in src.preprocessor_config.items() if k not in ("image_processor_type", "processor_class")}

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 
 import fixtures
 import imagegen
-from reference import reference_input, word_prompt
+from references.common import reference_input
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import ModelSource, resolve
 
@@ -38,7 +38,8 @@ def cached(build, *args):
 class Pairs:
     """(ours, the HF reference) for each preset, each built once: ``pairs(preset)``.
 
-    ``reference(src)`` builds the reference from the preset's ``ModelSource``.
+    ``reference(src)`` builds the reference from the preset's ``ModelSource`` (the
+    family's ``references.<family>.processor``).
     ``fixture()`` is the suite's module-scoped ``pair`` fixture, parametrized by preset
     when there are several. ``options`` go to ``Preprocessor.from_model`` (e.g. a token
     budget that lets the largest test photos through).
@@ -114,10 +115,11 @@ def assert_tensors(ours, ref, *names: str, dtype=np.int64) -> None:
         assert tensor.dtype == dtype and np.array_equal(tensor, ref[name]), name
 
 
-def assert_full_prompt(pp, processor, raws, assert_same):
+def assert_full_prompt(pp, processor, raws, assert_same, prompt):
     """Pixels (via the family's ``assert_same``) and the expanded ids against the whole HF
-    processor on one prompt; every image's expansion is one run of its image token."""
-    text, ids = word_prompt(len(raws), pp.family.image_token_id)
+    processor on one prompt, ``prompt(n_images, image_token_id)`` -> (text, unexpanded ids);
+    every image's expansion is one run of its image token."""
+    text, ids = prompt(len(raws), pp.family.image_token_id)
     ref = processor(images=[reference_input(r) for r in raws], text=text, return_tensors="np")
     ours = pp.preprocess(raws, input_ids=ids)
     assert_same(ours, {k: np.asarray(v) for k, v in ref.items()})

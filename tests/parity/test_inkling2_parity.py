@@ -26,7 +26,9 @@ from PIL import Image  # noqa: E402
 
 import harness  # noqa: E402
 import imagegen  # noqa: E402
-from reference import INKLING_TOKENS, inkling_prompt, inkling_reference, reference_input, run_torch_reference  # noqa: E402
+from references import inkling as hf_inkling  # noqa: E402
+from references import inkling2 as hf_inkling2  # noqa: E402
+from references.common import reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families.inkling import inkling2  # noqa: E402
@@ -34,9 +36,9 @@ from sglang_mm_grpc.media.decode import decode_image  # noqa: E402
 
 SMALL, MINI = "thinkingmachines/Inkling-2-Small-MXFP8", "thinkingmachines/Inkling-2-Mini"
 BIG = {"max_image_tokens": 1 << 20}
-IMAGE = INKLING_TOKENS["<|unused_200054|>"]
+IMAGE = hf_inkling.TOKENS["<|unused_200054|>"]
 
-PAIRS = harness.Pairs([SMALL, MINI], lambda src: inkling_reference(src.preprocessor_config, version=2), **BIG)
+PAIRS = harness.Pairs([SMALL, MINI], hf_inkling2.processor, **BIG)
 pair = PAIRS.fixture()
 
 SIZES = [
@@ -164,7 +166,7 @@ DIRS = {
 def test_model_directories(tmp_path, name):
     pre = {**BASE, **DIRS[name]}
     pp = Preprocessor.from_model(harness.write_model_dir(tmp_path, pre, resolve(SMALL).config), **BIG)
-    ref = inkling_reference(pre, version=2)
+    ref = hf_inkling2.reference(pre)
     for size in harness.DIR_SIZES:
         check(pp, ref, harness.png_and_jpeg(size))
     check(pp, ref, [ALPHA["rgba_png"], ALPHA["palette_with_transparent_index"]])
@@ -182,7 +184,7 @@ def test_token_layout_matches_processor(pair):
     sizes += [(1, 1), (40, 40), (40, 41), (41, 40), (3000, 2000), (1, 3000)]
     for a, b in zip(sizes[0::2], sizes[1::2]):
         raws = [harness.flat_png(*s) for s in (a, b)]
-        text, ids = inkling_prompt(2, marker=False)
+        text, ids = hf_inkling2.prompt(2)
         hf = ref(images=[reference_input(r) for r in raws], text=[text], return_tensors="pt")
         grids = hf["image_grid_thw"].numpy()
         assert harness.plan_counts(pp, (a, b)) == grids.prod(axis=1).tolist()

@@ -13,7 +13,7 @@ import pytest
 
 import fixtures
 import harness
-from reference import inkling_prompt
+from references import inkling as hf_inkling
 
 SETS = {"inkling": ("num_patches",), "inkling2": ("image_grid_thw",)}
 
@@ -21,7 +21,7 @@ SETS = {"inkling": ("num_patches",), "inkling2": ("image_grid_thw",)}
 def _check(name: str, case: dict) -> None:
     raws = harness.case_images(case)
     pp = harness.case_preprocessor(case["params"])
-    _, ids = inkling_prompt(len(raws), marker=name == "inkling")
+    _, ids = hf_inkling.prompt(len(raws), marker=name == "inkling")
     out = pp.preprocess(raws, input_ids=ids)
     want = case["outputs"]
     fixtures.assert_output(out.pixel_values, want["pixel_values"], "pixel_values")

@@ -21,17 +21,17 @@ from hypothesis import strategies as st  # noqa: E402
 import harness  # noqa: E402
 import imagegen  # noqa: E402
 from harness import each_size  # noqa: E402
-from reference import INKLING_TOKENS, inkling_prompt, inkling_reference, reference_input, run_torch_reference  # noqa: E402
+from references import inkling as hf_inkling  # noqa: E402
+from references.common import reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families.inkling import inkling  # noqa: E402
 
 INKLING = "thinkingmachines/Inkling"
 BIG = {"max_image_tokens": 1 << 20}  # the 8000x6000 photos (30150 patches) are over the default budget
-IMAGE, BOS = INKLING_TOKENS["<|unused_200054|>"], INKLING_TOKENS["<|content_image|>"]
+IMAGE, BOS = hf_inkling.TOKENS["<|unused_200054|>"], hf_inkling.TOKENS["<|content_image|>"]
 
-PAIRS = harness.Pairs([INKLING, "thinkingmachines/Inkling-NVFP4"],
-                      lambda src: inkling_reference(src.preprocessor_config), **BIG)
+PAIRS = harness.Pairs([INKLING, "thinkingmachines/Inkling-NVFP4"], hf_inkling.processor, **BIG)
 pair = PAIRS.fixture()
 
 # (height, width): tiny, thin, odd, on and around the 40 px grid (W a multiple of 40 gives
@@ -77,7 +77,7 @@ DIRS = {
 def _dir_pair(tmp_path, name):
     pre = {**BASE, **DIRS[name]}
     directory = harness.write_model_dir(tmp_path, pre, resolve(INKLING).config)
-    return Preprocessor.from_model(directory, **BIG), inkling_reference(pre)
+    return Preprocessor.from_model(directory, **BIG), hf_inkling.reference(pre)
 
 
 @pytest.mark.parametrize("name", sorted(DIRS))
@@ -213,7 +213,7 @@ def test_token_layout_matches_processor(tmp_path, settings):
     checked = 0
     for a, b in zip(TOKEN_SIZES[0::2], TOKEN_SIZES[1::2]):
         raws = [harness.flat_png(*s) for s in (a, b)]
-        text, ids = inkling_prompt(2)
+        text, ids = hf_inkling.prompt(2)
         hf = ref(images=[reference_input(r) for r in raws], text=[text], return_tensors="pt")
         counts = run_torch_reference(ref.image_processor, raws)["num_patches"].tolist()
         assert harness.plan_counts(pp, (a, b)) == counts

@@ -29,7 +29,7 @@ from PIL import Image
 import harness
 import imagegen
 from harness import each_kind, each_mode, each_size
-from reference import reference_input
+from references.common import reference_input
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.inkling.inkling import rescaled_size

@@ -22,7 +22,8 @@ from hypothesis import strategies as st  # noqa: E402
 import harness  # noqa: E402
 import imagegen  # noqa: E402
 from harness import each_mode, each_size  # noqa: E402
-from reference import llama4_reference, reference_input, run_torch_reference  # noqa: E402
+from references import llama4 as hf_llama4  # noqa: E402
+from references.common import reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Code  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families import llama4  # noqa: E402
@@ -41,7 +42,7 @@ SIZES = [
 ]
 
 
-PAIRS = harness.Pairs(SCOUT, lambda src: llama4_reference(src.preprocessor_config, src.processor_config, LLAMA4_IDS))
+PAIRS = harness.Pairs(SCOUT, hf_llama4.processor)
 
 
 def assert_same(ours, ref: dict, raws_count: int | None = None):
@@ -339,7 +340,7 @@ def test_model_directory(tmp_path, name):
     pre, cfg, proc = DIRS[name]
     pp = harness.load_dir(tmp_path, pre, cfg, proc)
     assert pp.family.name == "llama4"
-    ref = llama4_reference(pre, proc or {}, LLAMA4_IDS)
+    ref = hf_llama4.reference(pre, proc or {})
     for size in harness.DIR_SIZES:
         assert_same(*_run(pp, ref, harness.png_and_jpeg(size)))
     tile = pp.family.config.tile

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import harness
 import imagegen
-from reference import llava_reference, run_reference
+from references import llava_next as hf_llava_next
+from references.common import run_reference
 from sglang_mm_grpc import Code, Preprocessor
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.llava.next import DEFAULT_PINPOINTS
@@ -36,7 +37,7 @@ SIZES = PINPOINT_SIZES + [
 ]
 
 def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
-    return harness.cached(llava_reference, pre, proc, image_token_id)
+    return harness.cached(hf_llava_next.reference, pre, proc, image_token_id)
 
 
 pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config, src.processor_config)).fixture()
@@ -55,7 +56,7 @@ def check(pp, ref, raws):
 
 def assert_full(pp, processor, raws):
     """Pixels, image_sizes and the expanded ids against the whole HF processor."""
-    return harness.assert_full_prompt(pp, processor, raws, assert_same)
+    return harness.assert_full_prompt(pp, processor, raws, assert_same, hf_llava_next.word_prompt)
 
 
 test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import harness
 import imagegen
-from reference import llava_reference, run_reference
+from references import llava as hf_llava
+from references.common import run_reference
 from sglang_mm_grpc import Code, Preprocessor
 from sglang_mm_grpc.config import resolve
 
@@ -30,7 +31,7 @@ SIZES = [
 
 
 def reference(pre: dict, proc: dict, image_token_id: int = IMAGE):
-    return harness.cached(llava_reference, pre, proc, image_token_id)
+    return harness.cached(hf_llava.reference, pre, proc, image_token_id)
 
 
 pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config, src.processor_config)).fixture()
@@ -48,7 +49,7 @@ def check(pp, ref, raws):
 
 def assert_full(pp, processor, raws):
     """Pixels and the expanded ids against the whole HF processor on one prompt."""
-    return harness.assert_full_prompt(pp, processor, raws, assert_same)
+    return harness.assert_full_prompt(pp, processor, raws, assert_same, hf_llava.word_prompt)
 
 
 test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(

@@ -1,5 +1,5 @@
 """Phi-3-vision / Phi-3.5-vision against an independent transcription of the published
-remote-code processor (``phi_reference.phi3v_reference``: PIL, torchvision transforms
+remote-code processor (``references.phi3v.reference``: PIL, torchvision transforms
 and torch ``F.interpolate``, as that code runs them; no code shared with the family).
 
 Pixel values are compared bit for bit (``np.array_equal``, zero crops included),
@@ -27,7 +27,7 @@ from sglang_mm_grpc.families import phi3v
 pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from phi_reference import phi3v_count_from_size, phi3v_expected_ids, phi3v_reference  # noqa: E402
+from references import phi3v as hf_phi3v  # noqa: E402
 
 PRESETS = {"microsoft/Phi-3-vision-128k-instruct": 16, "microsoft/Phi-3.5-vision-instruct": 4}
 IMAGE = 32044
@@ -56,7 +56,8 @@ def family_pp(preset: str) -> Preprocessor:
 
 def reference(raws, num_crops: int, pre: dict | None = None):
     pre = pre or {}
-    return phi3v_reference(raws, num_crops, pre.get("image_mean", phi3v.CLIP_MEAN), pre.get("image_std", phi3v.CLIP_STD))
+    mean, std = pre.get("image_mean", phi3v.CLIP_MEAN), pre.get("image_std", phi3v.CLIP_STD)
+    return hf_phi3v.reference(raws, num_crops, mean, std)
 
 
 def assert_same(ours, ref):
@@ -68,7 +69,7 @@ def assert_same(ours, ref):
 
 def assert_full(pp, raws, num_crops, pre=None):
     ref = reference(raws, num_crops, pre)
-    source, expected = phi3v_expected_ids(len(raws), ref["num_img_tokens"].tolist(), pp.family.image_token_id)
+    source, expected = hf_phi3v.expected_ids(len(raws), ref["num_img_tokens"].tolist(), pp.family.image_token_id)
     ours = pp.preprocess(raws, input_ids=source)
     assert_same(ours, ref)
     assert ours.input_ids.dtype == np.int64 and ours.input_ids.tolist() == expected
@@ -145,7 +146,7 @@ def test_token_counts_random_sizes(preset):
     assert len(sizes) >= 80
     pp = family_pp(preset)
     ours = harness.plan_counts(pp, sizes)
-    assert ours == [phi3v_count_from_size(w, h, PRESETS[preset]) for h, w in sizes]
+    assert ours == [hf_phi3v.count_from_size(w, h, PRESETS[preset]) for h, w in sizes]
     assert len(set(ours)) > (15 if PRESETS[preset] == 16 else 5)
     if PRESETS[preset] == 16:
         assert ours[-1] == 2353  # 500 wide, 300 tall

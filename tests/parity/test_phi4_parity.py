@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import harness
 import imagegen
 from harness import each_mode, each_size
-from reference import reference_input, run_reference
+from references.common import reference_input, run_reference
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import phi4mm
@@ -26,7 +26,7 @@ from sglang_mm_grpc.families import phi4mm
 pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from phi_reference import phi4_processor, phi4_prompt  # noqa: E402
+from references import phi4mm as hf_phi4mm  # noqa: E402
 
 PRESET = "microsoft/Phi-4-multimodal-instruct"
 IMAGE = 200010
@@ -38,7 +38,7 @@ SIZES = [(1, 1), (2, 2), (13, 7), (7, 13), (10, 3000), (3000, 10), (20, 3000), (
          (448, 448), (449, 448), (300, 500), (500, 300), (480, 640), (999, 777), (1000, 700), (720, 1280)]
 
 def reference(pre: dict, image_token_id: int = IMAGE):
-    return harness.cached(phi4_processor, pre, image_token_id)
+    return harness.cached(hf_phi4mm.reference, pre, image_token_id)
 
 
 pair = harness.Pairs(PRESET, lambda src: reference(src.preprocessor_config)).fixture()
@@ -63,7 +63,7 @@ def check(pp, ref, raws):
 
 def assert_full(pp, processor, raws):
     """Pixels, tensors and the expanded ids against the whole HF processor."""
-    text, ids = phi4_prompt(len(raws), pp.family.image_token_id)
+    text, ids = hf_phi4mm.prompt(len(raws), pp.family.image_token_id)
     images = [reference_input(r) for r in raws]
     ref = {k: np.asarray(v) for k, v in processor(text=text, images=images, return_tensors="np").items()}
     ref["num_img_tokens"] = processor.image_processor(images)["num_img_tokens"]

@@ -2,7 +2,7 @@
 
 ``tests/fixtures/phi4.json`` holds the outputs of the real transformers
 ``Phi4MultimodalProcessor``; ``tests/fixtures/phi3v.json`` those of the independent
-transcription of Microsoft's published Phi-3-vision processor (tests/phi_reference.py).
+transcription of Microsoft's published Phi-3-vision processor (tests/references/phi3v.py).
 Both are written by ``scripts/gen_fixtures.py`` where torch is installed. Every output
 must match byte for byte (sha256 of the C-order bytes), token ids included.
 """
@@ -14,7 +14,8 @@ import pytest
 
 import fixtures
 import harness
-from phi_reference import phi3v_expected_ids, phi4_prompt
+from references import phi3v as hf_phi3v
+from references import phi4mm as hf_phi4mm
 from sglang_mm_grpc import Preprocessor
 
 MODEL_TYPES = {"Phi4MultimodalImageProcessor": "phi4_multimodal", "Phi3VImageProcessor": "phi3_v"}
@@ -31,7 +32,7 @@ def preprocessor(params: dict) -> Preprocessor:
 def test_phi4(case):
     raws = harness.case_images(case)
     pp = preprocessor(case["params"])
-    _, ids = phi4_prompt(len(raws), pp.family.image_token_id)
+    _, ids = hf_phi4mm.prompt(len(raws), pp.family.image_token_id)
     out = pp.preprocess(raws, input_ids=ids)
     want = case["outputs"]
     fixtures.assert_output(out.pixel_values, want["image_pixel_values"], "image_pixel_values")
@@ -46,7 +47,7 @@ def test_phi3v(case):
     raws = harness.case_images(case)
     pp = preprocessor(case["params"])
     counts = [pp.family.plan(*_size(r), i).token_count for i, r in enumerate(raws)]
-    source, _ = phi3v_expected_ids(len(raws), counts, pp.family.image_token_id)
+    source, _ = hf_phi3v.expected_ids(len(raws), counts, pp.family.image_token_id)
     out = pp.preprocess(raws, input_ids=source)
     want = case["outputs"]
     fixtures.assert_output(out.pixel_values, want["pixel_values"], "pixel_values")
@@ -57,7 +58,7 @@ def test_phi3v(case):
 
 def _size(raw: bytes) -> tuple[int, int]:
     """(height, width) as decoded (EXIF orientation applied), for the prompt's counts."""
-    from reference import reference_input
+    from references.common import reference_input
 
     w, h = reference_input(raw).size
     return h, w

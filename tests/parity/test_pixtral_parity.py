@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import harness
 import imagegen
-from reference import pixtral_reference, reference_input, run_reference
+from references import pixtral as hf_pixtral
+from references.common import reference_input, run_reference
 from sglang_mm_grpc import Code, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.pixtral import TEKKEN_IDS
@@ -36,7 +37,7 @@ SIZES = [
     (720, 1280), (1080, 1920), (3000, 20), (20, 3000), (1, 1024), (1024, 1),
 ]
 
-PAIRS = harness.Pairs(PRESETS, lambda src: pixtral_reference(src.preprocessor_config, src.processor_config, TEKKEN_IDS))
+PAIRS = harness.Pairs(PRESETS, hf_pixtral.processor)
 pair = PAIRS.fixture()
 
 
@@ -223,7 +224,7 @@ def test_model_directory(tmp_path, name):
     pre, cfg, proc, hf_proc = DIRS[name]
     pp = harness.load_dir(tmp_path, pre, cfg, proc)
     assert pp.family.name == "pixtral"
-    ref = pixtral_reference(pre, proc if hf_proc is None else hf_proc, TEKKEN_IDS)
+    ref = hf_pixtral.reference(pre, proc if hf_proc is None else hf_proc)
     for size in harness.DIR_SIZES:
         check(pp, ref, harness.png_and_jpeg(size))
 
@@ -236,7 +237,7 @@ def test_mistral3_processor_file_without_merge_size(tmp_path):
     proc = {k: v for k, v in resolve(MISTRAL3).processor_config.items() if k != "spatial_merge_size"}
     pp = harness.load_dir(tmp_path, resolve(MISTRAL3).preprocessor_config, MISTRAL3_CFG, proc)
     assert pp.family.config.unit == 28
-    ref = pixtral_reference(resolve(MISTRAL3).preprocessor_config, {**proc, "spatial_merge_size": 2}, TEKKEN_IDS)
+    ref = hf_pixtral.reference(resolve(MISTRAL3).preprocessor_config, {**proc, "spatial_merge_size": 2})
     check(pp, ref, [imagegen.png(300, 500), imagegen.png(61, 87, seed=2)])
 
 

@@ -14,7 +14,8 @@ import pytest
 
 import harness
 import imagegen
-from reference import qwen_reference, reference_input
+from references import qwen as hf_qwen
+from references.common import reference_input
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.core.carriers import ImageOptions
 from sglang_mm_grpc.config import resolve
@@ -37,7 +38,7 @@ SIZES = [(28, 28), (61, 87), (300, 500), (480, 640), (1080, 1920), (2000, 150), 
 @pytest.fixture(scope="module", params=PRESETS)
 def pair(request):
     pp = Preprocessor.from_model(request.param, cache_bytes=0)
-    return pp, qwen_reference(resolve(request.param).preprocessor_config)
+    return pp, hf_qwen.reference(resolve(request.param).preprocessor_config)
 
 
 def reference(processor, raws, min_pixels: int, max_pixels: int) -> dict[str, np.ndarray]:

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import harness
 import imagegen
-from reference import qwen_reference, run_reference
+from references import qwen as hf_qwen
+from references.common import run_reference
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
 
@@ -29,7 +30,7 @@ SIZES = [
 ]
 
 
-PAIRS = harness.Pairs(PRESETS, lambda src: qwen_reference(src.preprocessor_config))
+PAIRS = harness.Pairs(PRESETS, hf_qwen.processor)
 pair = PAIRS.fixture()
 
 
@@ -55,7 +56,7 @@ test_sizes_png, test_modes_and_formats, test_large_photos = harness.image_tests(
 def test_just_over_max_pixels():
     """12845056 = 3584*3584 is Qwen2's max: one pixel row over it takes the max branch."""
     pp = Preprocessor.from_model(PRESETS[0])
-    ref = qwen_reference(resolve(PRESETS[0]).preprocessor_config)
+    ref = hf_qwen.reference(resolve(PRESETS[0]).preprocessor_config)
     raw = imagegen.jpeg(3585, 3584, seed=4, kind="smooth")
     assert_same(pp.preprocess([raw]), run_reference(ref, [raw]), 2)
 
@@ -105,6 +106,6 @@ DIR_CONFIGS = {
 def test_model_directory(tmp_path, name):
     pre = DIR_CONFIGS[name]
     pp = harness.load_dir(tmp_path, pre, {"model_type": "qwen2_vl", "image_token_id": 151655})
-    ref = qwen_reference(pre)
+    ref = hf_qwen.reference(pre)
     for size in harness.DIR_SIZES:
         check(pp, ref, harness.png_and_jpeg(size))

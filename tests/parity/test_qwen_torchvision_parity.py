@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 import fixtures
 import harness
 import imagegen
+from references import qwen as hf_qwen
+from references.common import run_reference
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 
@@ -137,15 +139,9 @@ def test_cli_preprocess_resample(tmp_path, capsys):
 def ref_for():
     pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from reference import run_reference
-    from transformers import Qwen2VLImageProcessor
-
-    def processor(pre: dict):
-        skip = ("image_processor_type", "processor_class")
-        return Qwen2VLImageProcessor(**{k: v for k, v in pre.items() if k not in skip})
 
     def run(pre: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-        return run_reference(harness.cached(processor, pre), raws)
+        return run_reference(harness.cached(hf_qwen.torchvision_reference, pre), raws)
 
     return run
 

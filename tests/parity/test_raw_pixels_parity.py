@@ -16,10 +16,11 @@ import pytest
 
 import imagegen
 from device_norm import device_normalize
-from reference import pixtral_reference, qwen_reference, reference_input
+from references import pixtral as hf_pixtral
+from references import qwen as hf_qwen
+from references.common import reference_input
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.families.pixtral import TEKKEN_IDS
 
 QWEN = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"]
 MISTRAL3 = "mistralai/Mistral-Small-3.1-24B-Instruct-2503"
@@ -51,7 +52,7 @@ def _check_device_formula(raw: np.ndarray, normalized: np.ndarray, src) -> None:
 @pytest.fixture(scope="module", params=QWEN)
 def qwen(request):
     src = resolve(request.param)
-    return Preprocessor.from_model(request.param, cache_bytes=0), qwen_reference(src.preprocessor_config), src
+    return Preprocessor.from_model(request.param, cache_bytes=0), hf_qwen.processor(src), src
 
 
 @pytest.mark.parametrize("kind", ["png", "jpeg"])
@@ -93,13 +94,11 @@ def test_qwen_raw_options_and_cache(qwen):
 def test_qwen_torchvision_raw_equals_hf():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from transformers import Qwen2VLImageProcessor
 
     for model in QWEN:
         src = resolve(model)
         pp = Preprocessor.from_model(model + "@torchvision", cache_bytes=0)
-        skip = ("image_processor_type", "processor_class")
-        ref = Qwen2VLImageProcessor(**{k: v for k, v in src.preprocessor_config.items() if k not in skip})
+        ref = hf_qwen.torchvision_reference(src.preprocessor_config)
         for i, raw in enumerate(_images(SIZES, "jpeg")):
             ours = pp.preprocess([raw], raw=True)
             want = ref([reference_input(raw)], return_tensors="pt", **RAW)["pixel_values"]
@@ -112,8 +111,7 @@ def test_qwen_torchvision_raw_equals_hf():
 @pytest.fixture(scope="module")
 def mistral3():
     src = resolve(MISTRAL3)
-    return (Preprocessor.from_model(MISTRAL3, cache_bytes=0),
-            pixtral_reference(src.preprocessor_config, src.processor_config, TEKKEN_IDS), src)
+    return Preprocessor.from_model(MISTRAL3, cache_bytes=0), hf_pixtral.processor(src), src
 
 
 def test_mistral3_raw_equals_hf(mistral3):

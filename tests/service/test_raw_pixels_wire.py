@@ -26,13 +26,14 @@ from smg_grpc_servicer import mm_shm
 
 import imagegen
 from device_norm import device_normalize
-from reference import pixtral_reference, qwen_reference, reference_input
+from references import pixtral as hf_pixtral
+from references import qwen as hf_qwen
+from references.common import reference_input
 from servers import Server, free_port
 from service_support import generate
 from test_wire_current import UPSTREAM, no_unknown_fields
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
-from sglang_mm_grpc.families.pixtral import TEKKEN_IDS
 from sglang_mm_grpc.client import Client, payload_options
 
 QWEN25 = "Qwen/Qwen2.5-VL-7B-Instruct"
@@ -64,8 +65,7 @@ def refs():
     out = {}
     for model in (QWEN25, QWEN3, MISTRAL3):
         src = resolve(model)
-        ref = (qwen_reference(src.preprocessor_config) if model != MISTRAL3 else
-               pixtral_reference(src.preprocessor_config, src.processor_config, TEKKEN_IDS))
+        ref = hf_qwen.processor(src) if model != MISTRAL3 else hf_pixtral.processor(src)
         cfg = src.preprocessor_config
         out[model] = ref, (cfg["image_mean"], cfg["image_std"], cfg.get("rescale_factor", 1 / 255))
     return out
