@@ -92,6 +92,21 @@ class _Context:
     def time_remaining(self):
         return 10.0
 
+    def peer(self):
+        return "ipv4:127.0.0.1:1"
+
+    def invocation_metadata(self):
+        return ()
+
+    def trailing_metadata(self):
+        return ()
+
+    def set_trailing_metadata(self, metadata):
+        pass
+
+    def cancelled(self):
+        return False
+
     async def abort(self, code, details):
         if code.name not in EXPECTED:
             raise AssertionError(f"unexpected status {code.name}: {details}")
@@ -105,7 +120,7 @@ def _servicer():
     global _SERVICER
     if _SERVICER is None:
 
-        async def no_fetch(sources, deadline):
+        async def no_fetch(sources, deadline, items=None):
             # Inline data only: a URL is refused as the policy would refuse an unknown host.
             out = []
             for raw in sources:
@@ -133,6 +148,8 @@ def fuzz_request(data: bytes) -> None:
         resp = asyncio.run(servicer.Preprocess(req, _Context()))
     except _Aborted:
         return
+    if isinstance(resp, bytes):  # serialized with its payload
+        resp = pb.PreprocessResponse.FromString(resp)
     if resp.handle:
         servicer.store.pop(resp.handle)
 

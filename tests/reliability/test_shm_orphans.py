@@ -111,7 +111,7 @@ def test_a_killed_instances_segments_go_at_any_start_and_live_ones_stay(tmp_path
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from sglang_mm_grpc import shm
+    from sglang_mm_grpc.wire import shm
     a = shm.ShmArena(sys.argv[1], budget_bytes=1 << 20, pool_segments=0, directory=sys.argv[2])
     a.remove_previous()
     segments = [a.create(4096) for _ in range(int(sys.argv[3]))]

@@ -95,7 +95,7 @@ def test_directory_of_a_replica_killed_whole_goes_at_the_next_start(tmp_path):
 
 _LIVE_SUPERVISOR = textwrap.dedent("""
     import tempfile, time
-    from sglang_mm_grpc import processes
+    from sglang_mm_grpc.server import supervisor as processes
     directory, fd = processes.make_directory()
     print(directory, flush=True)
     time.sleep(600)

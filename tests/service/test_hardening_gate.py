@@ -132,11 +132,11 @@ def test_a_stalled_metrics_client_holds_up_no_one(server, pki):
 
 
 def test_metrics_listen_on_loopback_whatever_the_host(server, monkeypatch):
-    import sglang_mm_grpc.server.app as server_module
+    import sglang_mm_grpc.server.launch as launch
     from sglang_mm_grpc.cli.commands import main
 
     seen = []
-    monkeypatch.setattr(server_module, "run", lambda config: seen.append(config) or 0)
+    monkeypatch.setattr(launch, "run", lambda config: seen.append(config) or 0)
     assert main(["serve", "--host", "0.0.0.0", "--metrics-port", "9100", "--model", LLAVA]) == 0
     assert (seen[-1].host, seen[-1].metrics_host) == ("0.0.0.0", "127.0.0.1")
     assert main(["serve", "--host", "0.0.0.0", "--metrics-port", "9100", "--metrics-host", "0.0.0.0"]) == 0
