@@ -210,7 +210,7 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
     return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
 
 
-def resize_rgb_two(pixels: np.ndarray, size_a, size_b, mode: str = "bicubic") -> tuple[np.ndarray, np.ndarray]:
+def resize_rgb_two(pixels: np.ndarray, size_a: tuple[int, int], size_b: tuple[int, int], mode: str = "bicubic") -> tuple[np.ndarray, np.ndarray]:
     """``(resize_rgb(pixels, *size_a, mode), resize_rgb(pixels, *size_b, mode))``, the
     source read once by both horizontal passes where their rows coincide."""
     pixels = rgb_or_rgbx(pixels, "resize_rgb_two")

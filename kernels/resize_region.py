@@ -97,7 +97,7 @@ def resize_region(
     out_w: int,
     filter: int,
     window: tuple[int, int, int, int] | None = None,
-    pad: tuple[int, int, int, int, tuple[int, ...]] | None = None,
+    pad: tuple[int, int, int, int, int | tuple[int, ...]] | None = None,
 ) -> np.ndarray:
     """``resize(canvas, out_h, out_w, filter)[y0:y0+wh, x0:x0+ww]`` as uint8 [wh, ww, C].
 
@@ -134,11 +134,11 @@ def resize_region(
         full = _canvas(img, top, left, in_h, in_w, color, 0, 0, in_h, in_w) if padded else img
         return np.ascontiguousarray(resample_pil.resize(full, out_h, out_w, filter)[y0:y0 + wh, x0:x0 + ww])
 
-    bh, kh = resample_pil._cached_coeffs(in_w, out_w, filter) if need_h else (None, None)
-    bv, kv = resample_pil._cached_coeffs(in_h, out_h, filter) if need_v else (None, None)
-    if need_h:
+    if need_h:  # (each pass's coefficients are read only where that pass runs)
+        bh, kh = resample_pil._cached_coeffs(in_w, out_w, filter)
         bh, kh = bh[x0:x0 + ww], kh[x0:x0 + ww]
     if need_v:
+        bv, kv = resample_pil._cached_coeffs(in_h, out_h, filter)
         bv, kv = bv[y0:y0 + wh], kv[y0:y0 + wh]
 
     out = np.empty((wh, ww, nc), np.uint8)

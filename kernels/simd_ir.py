@@ -325,7 +325,7 @@ def pairs_dot(single: bool, pair_bits: int, bits: int):
                 p = loop.index
                 row = builder.add(base, builder.mul(p, ir.Constant(I64, 256)))
                 k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
-                k_lo = None if single else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+                k_lo = None if kl is None else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
                 for g in range(4):
                     offset = builder.add(row, ir.Constant(I64, 32 * g))
                     v = builder.load(vector_at(builder, pa.data, offset, ir.VectorType(I16, 32)), align=2)
@@ -367,7 +367,7 @@ def rows_dot(single: bool, pair_bits: int, bits: int):
                 r2 = builder.add(r1, pitch)
                 r2 = builder.select(builder.icmp_signed(">", r2, last), last, r2)
                 k_hi = builder.load(builder.gep(kh.data, [builder.add(kbase, p)]))
-                k_lo = None if single else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
+                k_lo = None if kl is None else builder.load(builder.gep(kl.data, [builder.add(kbase, p)]))
                 for g in range(4):
                     def row(r):
                         return builder.load(vector_at(builder, sa.data, builder.add(r, ir.Constant(I64, 16 * g)), b16),
