@@ -46,7 +46,7 @@ Images are generated deterministically: high-entropy photo-like JPEGs (``WxH:pho
 fine texture and sensor noise at quality Q, about 4 bits per pixel, decoding as slowly as
 camera photos do) and smooth synthetic ones (``WxH``, JPEG q90; ``WxH:png``).
 This process tunes glibc malloc, turns Pillow's block allocator on and asks for AMX tiles
-as ``serve`` does (``allocator.py``, ``media.enable_in_place_decode``, ``kernels.amx``), so
+as ``serve`` does (``server.allocator``, ``media.enable_in_place_decode``, ``kernels.amx``), so
 tensors are reused rather than faulted in afresh, decoded pixels are read in place, and
 the resize kernels multiply on AMX tiles where the CPU has them (``--no-amx``: not).
 """

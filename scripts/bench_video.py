@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_video.py [--rounds 7] [--fps 2] [--hf-python /root/torchvenv/bin/python]
 
 Ours: ``Preprocessor.preprocess`` (decode of the sampled frames + processing, cache off),
-in this process with malloc tuned as the server tunes it (``allocator``: freed tensors are
+in this process with malloc tuned as the server tunes it (``server.allocator``: freed tensors are
 reused instead of faulted in afresh). HF: ``load_video(path, backend="pyav", sample_indices_fn=<the processor's
 sample_frames>)`` then ``Qwen2VLVideoProcessor`` (torchvision backend, torch at one thread)
 with the preset's sizes, in a process of its own (this file with ``--hf``) that never imports

@@ -1,4 +1,4 @@
-"""The server's memory settings (allocator.py), checked in fresh processes: a freed
+"""The server's memory settings (server/allocator.py), checked in fresh processes: a freed
 tensor's memory is reused by the next request's tensor, even from a worker thread."""
 
 from __future__ import annotations

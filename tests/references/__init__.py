@@ -1,5 +1,5 @@
 """The parity references: the installed transformers processors (or, for Phi-3-vision,
-a transcription of the published remote code), fed as PARITY.md says.
+a transcription of the published remote code), fed ``common.reference_input``.
 
 One module per family, named after its module under ``sglang_mm_grpc/families``
 (``qwen``, ``llava``, ``llava_next``, ``pixtral``, ``llama4``, ``phi3v``, ``phi4mm``,

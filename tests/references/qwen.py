@@ -43,7 +43,7 @@ DIRS = {
 
 
 def torchvision_outputs(preprocessor_config: dict, raws: list[bytes]) -> dict[str, np.ndarray]:
-    """The real Qwen2VLImageProcessor (torchvision class) on PARITY.md's reference input."""
+    """The real Qwen2VLImageProcessor (torchvision class) on ``common.reference_input``."""
     load_torch()
     return run_reference(torchvision_reference(preprocessor_config), raws)
 

@@ -1,4 +1,4 @@
-"""The start-up transport warm-up (``transport_warmup``): a real loopback round trip of
+"""The start-up transport warm-up (``server.transport_warmup``): a real loopback round trip of
 a large message, and no request of the service's own."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Responses serialized with their tensors written once (``wire``: the payload without its
-large tensors, then a fragment that carries them, converted as they are copied) parse to
-exactly the message protobuf builds the ordinary way, in upb and in protobuf's
-pure-Python parser, for every backend and every wire dtype."""
+"""Responses serialized with their tensors written once (``wire.serialize``: the payload
+without its large tensors, then a fragment that carries them, converted as they are
+copied) parse to exactly the message protobuf builds the ordinary way, in upb and in
+protobuf's pure-Python parser, for every backend and every wire dtype."""
 
 from __future__ import annotations
 
