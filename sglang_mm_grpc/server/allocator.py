@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import logging
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,9 @@ def _no_huge_page_advice() -> None:
     """numpy's switch for ``madvise(MADV_HUGEPAGE)`` (what ``NUMPY_MADVISE_HUGEPAGE=0``
     sets at import); absent in some numpy versions, then nothing changes."""
     try:
-        from numpy._core import multiarray
+        multiarray = importlib.import_module("numpy._core.multiarray")
     except ImportError:  # numpy 1.x
-        from numpy.core import multiarray
+        multiarray = importlib.import_module("numpy.core.multiarray")
     switch = getattr(multiarray, "_set_madvise_hugepage", None)
     if switch is not None:
         switch(False)

@@ -24,6 +24,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -55,6 +56,9 @@ from ..kernels import cached as kernels_cached
 from ..kernels import wirecast
 from .transport_warmup import warm_transport
 from ..wire.serialize import serialize_response
+
+if TYPE_CHECKING:
+    from .exporter import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +194,7 @@ class Server:
                                 shared=config.shared_media_store)
         self.metrics = Metrics()
         self.max_in_flight = config.max_in_flight or default_max_in_flight(self.workers)
-        self.metrics_endpoint = None  # exporter.MetricsEndpoint when metrics_port is set
+        self.metrics_endpoint: MetricsEndpoint | None = None  # when metrics_port is set
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
@@ -205,7 +209,7 @@ class Server:
         self.before_listen = None
         self._deferred = config.processes > 1
 
-    async def start(self) -> int:
+    async def start(self) -> int | None:
         """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port
         (a process of ``serve --processes`` binds at the end of ``load`` instead: None)."""
         cfg = self.config
@@ -267,6 +271,7 @@ class Server:
 
         cfg = self.config
         metrics_port = cfg.metrics_port + cfg.process_index  # one per process of serve --processes
+        assert self.servicer is not None  # made by start()
         try:
             self.metrics_endpoint = MetricsEndpoint(
                 cfg.metrics_host, metrics_port, self.servicer.snapshot, tokens=cfg.auth_tokens,
@@ -281,6 +286,7 @@ class Server:
     async def _listen(self) -> None:
         """Bind the port (and a sibling's Unix socket), start answering, name the owner."""
         cfg, server = self.config, self._server
+        assert server is not None and self.servicer is not None  # made by start()
         address = f"{cfg.host}:{cfg.port}"
         try:
             if self._credentials is not None:
@@ -358,6 +364,7 @@ class Server:
                 raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
             self.preprocessors[pp.name] = pp
         await loop.run_in_executor(self.executor, wirecast.warmup)  # the serializer's dtype conversion
+        assert self.servicer is not None  # made by start()
         self.servicer.set_models(self.preprocessors)
         if self.config.tune_malloc:  # the warmed-up heap is kept only by the tuned malloc
             try:

@@ -93,7 +93,7 @@ class MetricsEndpoint:
             app = _require_token(app, list(tokens))
         context = _tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert or tls_key else None
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, address = infos[0][0], infos[0][4][0]
+        family, address = infos[0][0], str(infos[0][4][0])  # an AF_INET(6) address: (host, port, ...)
 
         class _Server(_QuietServer):
             address_family = family
@@ -147,7 +147,9 @@ def _require_token(app, tokens: list[bytes]):
 
 def _tls_context(cert: str | None, key: str | None, client_ca: str | None) -> ssl.SSLContext:
     """The gRPC port's TLS for HTTPS: its certificate chain and key; with ``client_ca``,
-    a client certificate it signed is required (mTLS)."""
+    a client certificate it signed is required (mTLS). ValueError without the chain."""
+    if not cert:
+        raise ValueError("TLS needs a certificate chain (--tls-cert), not only a key")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile=cert, keyfile=key)

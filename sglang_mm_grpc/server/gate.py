@@ -136,16 +136,17 @@ def _anonymous_health(handler):
         )
     if handler.unary_stream is not None:
         inner = handler.unary_stream
-        if inspect.isasyncgenfunction(inner):
-            async def watch(request, context):
-                async for response in inner(overall(request), context):
-                    yield response
-        else:
-            async def watch(request, context):
-                return await inner(overall(request), context)
+
+        async def streamed(request, context):
+            async for response in inner(overall(request), context):
+                yield response
+
+        async def written(request, context):  # a handler that writes its responses to the context
+            return await inner(overall(request), context)
 
         return grpc.unary_stream_rpc_method_handler(
-            watch, request_deserializer=handler.request_deserializer,
+            streamed if inspect.isasyncgenfunction(inner) else written,
+            request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
     return handler
@@ -221,9 +222,11 @@ def read_pem(path: str, what: str) -> bytes:
     return data
 
 
-def server_credentials(cert: str, key: str, client_ca: str | None = None) -> grpc.ServerCredentials:
-    """TLS with this certificate chain and key; with ``client_ca``, clients must present a
-    certificate it signed (mTLS)."""
+def server_credentials(cert: str | None, key: str | None, client_ca: str | None = None) -> grpc.ServerCredentials:
+    """TLS with this certificate chain and key (ValueError without both); with ``client_ca``,
+    clients must present a certificate it signed (mTLS)."""
+    if not (cert and key):
+        raise ValueError("TLS needs both a certificate chain (--tls-cert) and its key (--tls-key)")
     pair = (read_pem(key, "TLS key (--tls-key)"), read_pem(cert, "TLS certificate (--tls-cert)"))
     ca = read_pem(client_ca, "client CA (--tls-client-ca)") if client_ca else None
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)

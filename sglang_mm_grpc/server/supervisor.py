@@ -48,7 +48,8 @@ import socket
 import stat
 import tempfile
 import time
-from multiprocessing.connection import wait as wait_any
+from multiprocessing.connection import Connection, wait as wait_any
+from multiprocessing.process import BaseProcess
 
 from ..wire.shm import abandoned, default_owner_id, liveness_record, lock, process_lives, read_record, write_record
 from .allocator import tune_for_large_tensors
@@ -84,8 +85,8 @@ def reserve_port(host: str, port: int) -> tuple[int, list[socket.socket]]:
         raise OSError(bind_failure(host, port)) from None
     held: list[socket.socket] = []
     try:
-        for family, _, _, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
-            address = (address[0], port) + tuple(address[2:])
+        for family, _, _, _, sockaddr in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+            address = (sockaddr[0], port, *sockaddr[2:])
             # Free at all? (bound without SO_REUSEPORT: fails if anyone holds it)
             with socket.socket(family, socket.SOCK_STREAM) as probe:
                 if family == socket.AF_INET6:
@@ -97,7 +98,7 @@ def reserve_port(host: str, port: int) -> tuple[int, list[socket.socket]]:
                     raise OSError(bind_failure(host, port)) from None
                 if port == 0:
                     port = probe.getsockname()[1]
-                    address = (address[0], port) + tuple(address[2:])
+                    address = (sockaddr[0], port, *sockaddr[2:])
             s = socket.socket(family, socket.SOCK_STREAM)
             held.append(s)
             if family == socket.AF_INET6:
@@ -256,10 +257,15 @@ def _receive(conn):
 @dataclasses.dataclass
 class _Proc:
     index: int
-    process: mp.Process
-    conn: object
+    process: BaseProcess
+    conn: Connection
     warm: bool = False
     started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        assert self.process.pid is not None  # started by Supervisor._start
+        return self.process.pid
 
 
 # -- the supervisor ---------------------------------------------------------------------
@@ -302,10 +308,10 @@ class Supervisor:
             log.info("signal received: stopping %d processes (each drains)", self.n)
         self.stopping = True
         for proc in self.procs.values():
-            if proc.process.is_alive() and proc.process.pid not in self.signalled:
-                self.signalled.add(proc.process.pid)  # once: a second SIGTERM would kill it mid-drain
+            if proc.process.is_alive() and proc.pid not in self.signalled:
+                self.signalled.add(proc.pid)  # once: a second SIGTERM would kill it mid-drain
                 try:
-                    os.kill(proc.process.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
 
@@ -358,18 +364,15 @@ class Supervisor:
         while not self.stopping:
             sentinels = {p.process.sentinel: p for p in self.procs.values()}
             conns = {p.conn: p for p in self.procs.values() if not p.warm}
-            ready = wait_any(list(sentinels) + list(conns), timeout=0.5)
-            for r in ready:
-                if r in conns:  # a restarted process is warm: let it join the port
-                    proc = conns[r]
-                    if _poll(proc.conn) == ("warm",):
-                        proc.warm = True
-                        proc.conn.send(("listen",))
-                        log.info("process %d warm again after %.1fs: listening", proc.index,
-                                 time.monotonic() - proc.started)
-            for r in ready:
-                proc = sentinels.get(r)
-                if proc is None or self.stopping or proc.process.is_alive():
+            ready = wait_any([*sentinels, *conns], timeout=0.5)
+            for conn, proc in conns.items():
+                if conn in ready and _poll(conn) == ("warm",):  # a restarted process is warm: let it join the port
+                    proc.warm = True
+                    conn.send(("listen",))
+                    log.info("process %d warm again after %.1fs: listening", proc.index,
+                             time.monotonic() - proc.started)
+            for sentinel, proc in sentinels.items():
+                if sentinel not in ready or self.stopping or proc.process.is_alive():
                     continue
                 n = self.restarts.get(proc.index, 0)
                 delay = _RESTART_BACKOFF_S[min(n, len(_RESTART_BACKOFF_S) - 1)]

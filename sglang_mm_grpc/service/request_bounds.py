@@ -63,20 +63,22 @@ def _count_ids(data: memoryview, limit: int) -> tuple[int, bytes]:
     raw = np.frombuffer(data, np.uint8)
     while pos < end and count <= limit:
         start = pos
-        key, pos = _varint(data, pos)
-        if key is None:
+        if (read := _varint(data, pos)) is None:
             break
+        key, pos = read
         number, kind = key >> 3, key & 7
         if kind == _VARINT:
-            _, pos = _varint(data, pos)
-            if pos is None:
+            if (read := _varint(data, pos)) is None:
                 break
+            _, pos = read
             if number == _IDS_FIELD:
                 count += 1
                 continue
         elif kind == _LEN:
-            length, pos = _varint(data, pos)
-            if length is None or pos + length > end:
+            if (read := _varint(data, pos)) is None:
+                break
+            length, pos = read
+            if pos + length > end:
                 break
             if number == _IDS_FIELD:
                 count += int(np.count_nonzero(raw[pos:pos + length] < 0x80))
@@ -91,7 +93,8 @@ def _count_ids(data: memoryview, limit: int) -> tuple[int, bytes]:
     return count, b"".join(kept)
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int | None, int | None]:
+def _varint(data: memoryview, pos: int) -> tuple[int, int] | None:
+    """(the varint at ``pos``, the position after it), or None where none ends."""
     value, shift = 0, 0
     while pos < len(data) and shift < 64:
         byte = data[pos]
@@ -100,4 +103,4 @@ def _varint(data: memoryview, pos: int) -> tuple[int | None, int | None]:
         if byte < 0x80:
             return value, pos
         shift += 7
-    return None, None
+    return None

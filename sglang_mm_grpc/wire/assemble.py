@@ -36,7 +36,7 @@ _BY_ENUM: dict[int, Backend] = {b.enum: b for b in backends.ALL}
 BACKENDS: dict[str, int] = {b.name: b.enum for b in backends.ALL}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 #: Wire dtypes by enum value, and the names the servicers' dtype table uses.
-WIRE_DTYPES = {
+WIRE_DTYPES: dict[int, str] = {
     pb.WIRE_DTYPE_FLOAT32: "float32",
     pb.WIRE_DTYPE_BFLOAT16: "bfloat16",
     pb.WIRE_DTYPE_FLOAT16: "float16",
@@ -216,6 +216,7 @@ def output_nbytes(out: PreprocessOutput) -> int:
     if out.positions is not None:
         arrays.append(out.positions)
     if videos_of(out):
+        assert out.pixel_values_videos is not None  # made with the videos
         arrays += [out.pixel_values_videos, *out.video_tensors.values()]
     raw = [*out.raw_images, *(getattr(out, "raw_videos", None) or ())]
     return sum(int(a.nbytes) for a in arrays) + sum(len(b) for b in raw)

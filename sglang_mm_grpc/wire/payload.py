@@ -94,7 +94,7 @@ class Backend:
     texts finish a sentence the checks begin ("X cannot take ...: <why>")."""
 
     name: str  # as requests, metrics and the CLI spell it
-    enum: int  # its Backend enum value
+    enum: pb.Backend  # its Backend enum value
     label: str  # as messages name it
     build: Callable[[Job, pb.BackendPayload, "Placer"], None]  # fills the payload's oneof
     default_dtype: str  # the pixel dtype when the request names none (the gateway's own)
@@ -235,9 +235,8 @@ class Placer:
         payload); none when a staged segment holds exactly it, which is handed out."""
         arr = np.asarray(arr)
         nbytes = arr.size * wire.WIDTHS[dtype]
-        staged = self._staged(arr, dtype)
-        handle = self.arena.hand_out_staged(staged) if staged is not None else None  # once; later payloads copy
-        if handle is not None:
+        staged = self._staged(arr, dtype)  # handed out once; later payloads copy
+        if staged is not None and (handle := self._shared.hand_out_staged(staged)) is not None:
             self.res.segments.append(staged)
             td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = handle
             _shape(td, arr.shape, dtype)
@@ -277,6 +276,12 @@ class Placer:
                 return seg
         return None
 
+    @property
+    def _shared(self) -> ShmArena:
+        """The arena, for a segment it made (no segment is staged or made without one)."""
+        assert self.arena is not None
+        return self.arena
+
     def _segment(self, nbytes: int) -> Segment | None:
         if self.arena is None or nbytes == 0 or nbytes < self.options.shm_min_bytes:
             return None
@@ -286,7 +291,7 @@ class Placer:
         return seg
 
     def _shm(self, td, seg: Segment, shape, dtype: str) -> None:
-        name, offset, nbytes, owner = self.arena.hand_out(seg)
+        name, offset, nbytes, owner = self._shared.hand_out(seg)
         td.shm.name, td.shm.offset, td.shm.nbytes, td.shm.owner_id = name, offset, nbytes, owner
         _shape(td, shape, dtype)
 
