@@ -2,12 +2,33 @@
 left a segment in /dev/shm (each removes its own at shutdown, the ones a killed server
 left are removed by its successor, and readers remove what they read).
 
+One compiled-kernel cache for the whole run: ``$NUMBA_CACHE_DIR`` (default: the
+checkout's ``kernels/__pycache__``, where the in-process kernels cache anyway) is set
+here for every process the tests start, so a server, a wheel install or a clone of the
+same kernel sources loads what another compiled instead of compiling again.
+
+Tiers: every test is marked with its folder (``core``, ``kernels``, ``media``,
+``parity``, ``video``, ``service``, ``reliability``) and ``slow`` when it belongs to the
+full tier: the service and reliability folders, the packaging, fresh-clone, docs, deploy
+and type-check tests, and the inputs marked ``slow`` where they are. ``-m "not slow"``
+runs the fast tier.
+
 ``--amx``: this test process asks for AMX tiles as the server does, so the in-process
 parity suites check the resize kernels' tile path (without it they check AVX-512's)."""
 
 from __future__ import annotations
 
-import servers
+import os
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+os.environ.setdefault("NUMBA_CACHE_DIR", str(TESTS.parent / "kernels" / "__pycache__"))
+
+import servers  # noqa: E402  (after the cache directory is set: it imports the package)
+
+#: Folders and top-level files whose tests are all in the full tier.
+SLOW_FOLDERS = {"service", "reliability"}
+SLOW_FILES = {"test_packaging.py", "test_fresh_clone.py", "test_docs_examples.py", "test_deploy.py", "test_types.py"}
 
 
 def pytest_addoption(parser):
@@ -20,6 +41,15 @@ def pytest_configure(config):
 
         if not amx.request():
             raise SystemExit("--amx: this CPU or kernel gives no AMX tiles")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = Path(str(item.fspath)).relative_to(TESTS).parts
+        if len(where) > 1:
+            item.add_marker(where[0])
+        if where[0] in SLOW_FOLDERS or where[-1] in SLOW_FILES:
+            item.add_marker("slow")
 
 
 def pytest_sessionfinish(session, exitstatus):
