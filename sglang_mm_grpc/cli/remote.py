@@ -523,7 +523,7 @@ def _given(**options) -> dict:
 
 
 def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
-    """``preprocess --target`` on its own (``cli.py`` has the combined local/remote one)."""
+    """``preprocess --target`` on its own (``cli/commands.py`` has the combined local/remote one)."""
     p = subparsers.add_parser("preprocess", help="preprocess images through a running server")
     p.add_argument("--target", required=True, help="HOST:PORT of the server")
     p.add_argument("--model", required=True, help="a served model name (see ListModels)")

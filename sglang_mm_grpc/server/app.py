@@ -10,7 +10,7 @@ Counters are served by GetStats and, with ``metrics_port``, as Prometheus text o
 on ``metrics_host`` (loopback unless asked), guarded as the gRPC port is (the same tokens,
 TLS files and client CA). With TLS files the port speaks TLS (mTLS with a client CA); with
 tokens every call but health needs ``authorization: Bearer <token>`` (``gate.py``). One
-process of ``serve --processes N`` (``processes.py``) shares the port (SO_REUSEPORT),
+process of ``serve --processes N`` (``server/supervisor.py``) shares the port (SO_REUSEPORT),
 binds it only once warm, and reaches its siblings over Unix sockets (``siblings.py``).
 """
 
@@ -151,7 +151,7 @@ class ServerConfig:
     # Names this instance's segments (None: <host>-<port>); a restart with the same id
     # removes what the previous instance left.
     shm_owner_id: str | None = None
-    # Processes sharing the port (serve --processes; processes.py). This process's index
+    # Processes sharing the port (serve --processes; server/supervisor.py). This process's index
     # among them, and the private directory of their Unix sockets (set by the supervisor).
     processes: int = 1
     process_index: int = 0

@@ -4,7 +4,7 @@ Every failure leaves as one gRPC status: a PreprocessError keeps its code and me
 a passed deadline is DEADLINE_EXCEEDED, anything unexpected is INTERNAL (and logged).
 CPU work runs in the executor the server hands in, never on the event loop.
 Media fetching goes through the single ``fetch`` coroutine given to the servicer; media
-ids are resolved from the media store (``media_store.py``) before anything is fetched.
+ids are resolved from the media store (``service/media_store.py``) before anything is fetched.
 Preprocess, Plan and Assemble pass an in-flight limit first (refused at once when full);
 every call is counted and logged as one JSON line (``metrics.py``).
 

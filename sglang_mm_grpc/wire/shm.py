@@ -96,7 +96,7 @@ def namespace_id(directory: str = SHM_DIR) -> str:
 # process (pid, start time), locked with flock while the process lives: the kernel drops
 # the lock when the process dies, however it dies, so a later start can tell a dead
 # instance's leftovers from a live one's. The supervisor of ``serve --processes`` keeps
-# one the same way for its socket directory (processes.py).
+# one the same way for its socket directory (server/supervisor.py).
 
 #: ``<dir>/sglang-mm-live.<owner_id>``: not under ``NAME_PREFIX``, so no reader, sweep or
 #: listing of segments takes it for one.
