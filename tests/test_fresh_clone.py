@@ -5,6 +5,10 @@ small test file: the whole suite is what CI itself runs through the same command
 ``./scripts/serve`` then reuses that venv, compiles the kernels into the clone's cold
 cache, reports SERVING with every built-in preset, and exits 0 on SIGTERM. The clone is
 of what is committed.
+
+This is the suite's one cold compile (the rest of the run shares one warm cache), so it
+also checks where compiling happens with ``--processes 2``: process 0 compiles and saves
+every kernel; process 1 starts once it is warm and only loads them.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
     assert (clone / ".venv" / "bin" / "sglang-mm-grpc").exists()
 
     port = free_port()
-    served = Proc([str(clone / "scripts" / "serve"), "--port", str(port)], tmp_path / "serve.log",
-                  env={"VIRTUAL_ENV": None, "NUMBA_CACHE_DIR": None})
+    served = Proc([str(clone / "scripts" / "serve"), "--port", str(port), "--processes", "2"], tmp_path / "serve.log",
+                  env={"VIRTUAL_ENV": None, "NUMBA_CACHE_DIR": None, "NUMBA_DEBUG_CACHE": "1", "PYTHONUNBUFFERED": "1"})
     try:
         wait_serving(f"127.0.0.1:{port}", served, timeout=1200)
         log = served.log_text()
@@ -41,6 +45,12 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
         served.signal(signal.SIGTERM)
         code = served.wait(120)
     assert code == 0, served.log_text()[-3000:]
+    lines = served.log_text().splitlines()
+    second = next(i for i, line in enumerate(lines) if "process 1 started" in line)
+    before, after = lines[:second], lines[second:]
+    assert sum("[cache] data saved" in line for line in before) > 0
+    assert sum("[cache] data saved" in line for line in after) == 0
+    assert sum("[cache] data loaded" in line for line in after) > 0
 
 
 def _cache_dirs(clone: Path) -> list[str]:
