@@ -24,6 +24,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 os.environ.setdefault("NUMBA_CACHE_DIR", str(TESTS.parent / "kernels" / "__pycache__"))
 
+import pytest  # noqa: E402
+
 import servers  # noqa: E402  (after the cache directory is set: it imports the package)
 
 #: Folders and top-level files whose tests are all in the full tier.
@@ -52,8 +54,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("slow")
 
 
+#: The servers' shared-memory owners of the run's xdist workers (reported as they finish).
+_WORKERS_OWNERS: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _WORKERS_OWNERS.update(getattr(node, "workeroutput", {}).get("shm_owners", ()))
+
+
+@pytest.hookimpl(trylast=True)  # after the session's fixtures (and their servers) are torn down
 def pytest_sessionfinish(session, exitstatus):
-    left = servers.leftover_segments()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller checks once all are down
+        workeroutput["shm_owners"] = sorted(servers.SHM_OWNERS)
+        return
+    left = servers.leftover_segments(servers.SHM_OWNERS | _WORKERS_OWNERS)
     if left:
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
             f"{len(left)} shared-memory segments left in /dev/shm by the servers of this run: {left[:5]}", red=True)

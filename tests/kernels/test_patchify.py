@@ -66,6 +66,7 @@ def unfused(rgb, out_h, out_w, resample, mean, std, patch, merge, temporal):
     return p.reshape(gh * gw, c * temporal * patch * patch)
 
 
+@pytest.mark.slow  # 120 examples, about 85 s
 @settings(max_examples=120, deadline=None)
 @given(
     h=st.integers(1, 300), w=st.integers(1, 300),

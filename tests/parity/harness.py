@@ -165,6 +165,14 @@ def each_size(sizes):
     return pytest.mark.parametrize("size", sizes, ids=size_id)
 
 
+def each_large_size(sizes):
+    """``each_size`` for the large photos: the largest stays in the fast tier, the others
+    are ``slow`` (the full tier)."""
+    largest = max(sizes, key=lambda s: s[0] * s[1])
+    return pytest.mark.parametrize("size", [s if s == largest else pytest.param(s, marks=pytest.mark.slow)
+                                            for s in sizes], ids=size_id)
+
+
 each_kind = pytest.mark.parametrize("kind", ["noise", "smooth"])
 each_mode = pytest.mark.parametrize("name", sorted(imagegen.modes_corpus()))
 
@@ -227,7 +235,7 @@ def image_tests(check, sizes, large_sizes, large=large_jpeg):
     """The image tests of a suite with a ``pair`` fixture, where ``check(pp, ref, raws)``
     compares ours with the reference on one request: a PNG of each of ``sizes`` in both
     kinds (``sized_png``), each image of ``imagegen.modes_corpus()``, and a photo
-    (``large(h, w)``) of each of ``large_sizes``. Assign them to the suite's names
+    (``large(h, w)``) of each of ``large_sizes`` (the largest in the fast tier). Assign them to the suite's names
     ``test_sizes_png, test_modes_and_formats, test_large_photos``."""
 
     @each_size(sizes)
@@ -239,7 +247,7 @@ def image_tests(check, sizes, large_sizes, large=large_jpeg):
     def test_modes_and_formats(pair, name):
         check(*pair, [imagegen.modes_corpus()[name]])
 
-    @each_size(large_sizes)
+    @each_large_size(large_sizes)
     def test_large_photos(pair, size):
         check(*pair, [large(*size)])
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import harness  # noqa: E402
 import imagegen  # noqa: E402
-from harness import each_mode, each_size  # noqa: E402
+from harness import each_large_size, each_mode, each_size  # noqa: E402
 from references import llama4 as hf_llama4  # noqa: E402
 from references.common import reference_input, run_torch_reference  # noqa: E402
 from sglang_mm_grpc import Code  # noqa: E402
@@ -109,7 +109,7 @@ def _large_jpeg(h: int, w: int) -> bytes:
     return imagegen.encode(ImageChops.add(smooth, detail, scale=1.25, offset=-96), "JPEG", quality=85)
 
 
-@each_size([(6000, 8000), (8000, 6000)])
+@each_large_size([(6000, 8000), (8000, 6000)])
 def test_large_photos(size):
     pp, ref = PAIRS()
     assert_same(*_run(pp, ref, [_large_jpeg(*size)]))

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import harness
 import imagegen
-from harness import each_mode, each_size
+from harness import each_large_size, each_mode, each_size
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import phi3v
@@ -105,7 +105,7 @@ def test_modes_and_formats(name):
     assert_same(family_pp("microsoft/Phi-3.5-vision-instruct").preprocess([raw]), reference([raw], 4))
 
 
-@each_size([(3000, 4000), (6000, 8000)])
+@each_large_size([(3000, 4000), (6000, 8000)])
 def test_large_photos(size):
     raw = harness.large_jpeg(*size)
     assert_same(family_pp("microsoft/Phi-3-vision-128k-instruct").preprocess([raw]), reference([raw], 16))
