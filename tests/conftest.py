@@ -24,6 +24,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 os.environ.setdefault("NUMBA_CACHE_DIR", str(TESTS.parent / "kernels" / "__pycache__"))
 
+import fcntl  # noqa: E402
+
 import pytest  # noqa: E402
 
 import servers  # noqa: E402  (after the cache directory is set: it imports the package)
@@ -31,6 +33,8 @@ import servers  # noqa: E402  (after the cache directory is set: it imports the 
 #: Folders and top-level files whose tests are all in the full tier.
 SLOW_FOLDERS = {"service", "reliability"}
 SLOW_FILES = {"test_packaging.py", "test_fresh_clone.py", "test_docs_examples.py", "test_deploy.py", "test_types.py"}
+#: Started first (the longest: a cold compile), so that the other workers run the rest beside it.
+FIRST = "test_fresh_clone.py"
 
 
 def pytest_addoption(parser):
@@ -46,12 +50,42 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: Path(str(item.fspath)).name != FIRST)  # stable: the rest keep their order
     for item in items:
         where = Path(str(item.fspath)).relative_to(TESTS).parts
         if len(where) > 1:
             item.add_marker(where[0])
+            item.add_marker("kernels_warm")
         if where[0] in SLOW_FOLDERS or where[-1] in SLOW_FILES:
             item.add_marker("slow")
+
+
+_warmed = False
+
+
+@pytest.fixture(autouse=True)
+def _kernels_compiled_once(request):
+    """Parallel workers would each compile the same kernels from a cold cache: the first
+    to get here compiles every preset's (as a server's start does), the others wait for
+    the lock and then load them. Only for the tests in folders (the top-level ones, the
+    fresh-clone test on its own cold cache among them, start at once), and not in one
+    process (it compiles as it goes)."""
+    global _warmed
+    if _warmed or "PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("kernels_warm") is None:
+        return
+    from sglang_mm_grpc import Preprocessor, kernels
+    from sglang_mm_grpc.config import preset_names
+    from sglang_mm_grpc.kernels import wirecast
+
+    cache = Path(os.environ["NUMBA_CACHE_DIR"])
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".compiling.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not kernels.cached():
+            for name in preset_names():
+                Preprocessor.from_model(name, cache_bytes=0).warmup()
+            wirecast.warmup()
+    _warmed = True
 
 
 #: The servers' shared-memory owners of the run's xdist workers (reported as they finish).
