@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from .remote import add_client_security_arguments, client_security
+from .remote import add_client_security_arguments, client_security, plain
 
 #: The server ``call`` talks to when ``--target`` is not given.
 ENV_TARGET = "SGLANG_MM_GRPC_TARGET"
@@ -35,7 +35,7 @@ _JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 def add_call_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "call", help="call any method of a running server with a JSON request (via reflection)",
-        description=__doc__,
+        description=plain(__doc__),
     )
     p.add_argument("method", metavar="METHOD", help="e.g. ListModels, Preprocess, grpc.health.v1.Health/Check")
     p.add_argument("request", nargs="?", default="{}", metavar="JSON|@FILE",
@@ -87,7 +87,8 @@ def run_call(args) -> int:
         try:
             request = json_format.Parse(text, request_class())
         except (json_format.ParseError, RecursionError) as e:
-            print(f"error: the request does not fit {method.input_type.full_name}: {e}", file=sys.stderr)
+            print(f"error: the request does not fit {method.input_type.full_name}: {e}{_enum_values(pool, str(e))}",
+                  file=sys.stderr)
             return 2
         call = channel.unary_unary(f"/{method.containing_service.full_name}/{method.name}",
                                    request_serializer=request_class.SerializeToString,
@@ -177,6 +178,21 @@ def _bearer(token: str):
         intercept_unary_stream = intercept_stream_unary = intercept_stream_stream = intercept_unary_unary
 
     return Bearer()
+
+
+_BAD_ENUM = re.compile(r"Invalid enum value \S+ for enum type ([\w.]+)")
+
+
+def _enum_values(pool, error: str) -> str:
+    """For an enum value the request misspells: the values the enum has."""
+    m = _BAD_ENUM.search(error)
+    if not m:
+        return ""
+    try:
+        enum = pool.FindEnumTypeByName(m.group(1))
+    except KeyError:
+        return ""
+    return f" ({m.group(1)} is one of: {', '.join(v.name for v in enum.values)})"
 
 
 def _request_text(request: str) -> str:

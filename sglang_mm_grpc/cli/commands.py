@@ -13,7 +13,7 @@ import numpy as np
 from .call import add_call_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
-from .remote import add_video_arguments, image_options_of, options_text, print_videos, video_options_of
+from .remote import add_video_arguments, image_options_of, options_text, plain, print_videos, video_options_of
 
 
 def _load_local(args):
@@ -120,7 +120,7 @@ def _models(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="sglang-mm-grpc", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sglang-mm-grpc", description=plain(__doc__))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
     p.add_argument("--out", help="write every output array to this .npz")
     p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
+    p.add_argument("--timeout", type=float, default=120.0, help="with --target: deadline in seconds")
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"),
                    help="with --target: assemble this backend's payload")
     p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16", "uint8"),

@@ -23,6 +23,12 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
+
+def plain(doc: str | None) -> str:
+    """A docstring as help text: without reStructuredText's double backticks."""
+    return (doc or "").replace("``", "")
+
+
 def byte_size(text: str) -> int:
     """``536870912``, ``512MiB``, ``512M``, ``4KiB``, ``1.25GiB`` -> bytes (binary units)."""
     m = _SIZE.match(text)

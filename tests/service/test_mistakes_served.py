@@ -73,6 +73,11 @@ def test_call_through_reflection(server, tmp_path):
     assert r.returncode == 2 and "has no method 'Preprocesss'" in r.stderr
     r = run_cli("call", "Preprocess", '{"model": 5', "--target", server)
     assert r.returncode == 2 and "not JSON" in r.stderr
+    # a misspelt enum value: the values the enum has, as the server's own descriptors name them
+    r = run_cli("call", "Assemble", '{"backend": "vllm"}', "--target", server)
+    assert r.returncode == 2, r.stderr
+    names = ", ".join(pb.Backend.keys())
+    assert f"sglang_mm.v1.Backend is one of: {names}" in r.stderr and "BACKEND_VLLM" in names, r.stderr
 
 
 def test_a_port_in_use_says_what_to_do(tmp_path):

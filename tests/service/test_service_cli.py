@@ -77,3 +77,13 @@ def test_urls_are_sent_for_the_server_to_fetch(server, media_dir, tmp_path):
             "--out", str(tmp_path / "u.npz"), f"file://{media_dir}/cli.png")
     assert r.returncode == 0, r.stderr
     assert blake3.blake3(data).hexdigest()[:16] in r.stdout
+
+
+def test_remote_preprocess_and_plan_take_a_timeout(server, tmp_path):
+    """``--timeout`` is the call's deadline, for preprocess as for plan: one far too short
+    for a 4000x3000 photo ends the call DEADLINE_EXCEEDED."""
+    path = tmp_path / "big.jpg"
+    path.write_bytes(imagegen.jpeg(3000, 4000, seed=45))
+    for command in ("preprocess", "plan"):
+        r = cli(command, "--target", server, "--model", QWEN2, "--timeout", "0.001", str(path))
+        assert r.returncode != 0 and "DEADLINE_EXCEEDED" in r.stderr, (command, r.stderr)

@@ -90,7 +90,9 @@ def test_video_payload_reaches_the_consumer(served, stubs, local, model, case):
         for backend in ("sglang", "trtllm"):
             with pytest.raises(grpc.RpcError) as e:
                 c.assemble(resp.handle, backend)
-            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "servicer.py" in e.value.details()
+            details = e.value.details()
+            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "takes images only" in details
+            assert "Use the vLLM or TokenSpeed backend" in details and len(details) < 250, details
         c.release(resp.handle)
 
 

@@ -50,10 +50,9 @@ BACKEND = Backend(
     no_shm="its TensorData (sglang_scheduler.proto) has only inline data bytes",
     no_raw="its servicer hands pixel_values to the model as the normalized tensor its own processor "
            "would make, and SGLang normalizes no pixels on the device",
-    no_video=(
-        "SGLang's gRPC servicer takes images only: smg_grpc_servicer/sglang/servicer.py `_parse_mm_inputs` "
-        "turns every payload into one MultimodalDataItem with modality=IMAGE from pixel_values and never "
-        "reads video_data, video_urls or modalities, so a video's tensors would reach the image encoder "
-        "(the gateway routes no video to SGLang either: model_gateway/src/routers/grpc/multimodal/capability.rs)"
-    ),
+    # smg_grpc_servicer/sglang/servicer.py `_parse_mm_inputs` turns every payload into one
+    # MultimodalDataItem with modality=IMAGE from pixel_values and never reads video_data,
+    # video_urls or modalities; the gateway routes no video to SGLang either
+    # (model_gateway/src/routers/grpc/multimodal/capability.rs).
+    no_video="SGLang's gRPC servicer takes images only (a video's tensors would reach its image encoder)",
 )

@@ -25,8 +25,7 @@ BACKEND = Backend(
     ),
     no_shm=_NO_TENSORS,
     no_raw=_NO_TENSORS,
-    no_video=(
-        "TensorRT-LLM's gRPC servicer takes images only: trtllm_service.proto's MultimodalInput carries only "
-        "image_data, and tensorrt_llm/grpc/smg/servicer.py passes multi_modal_data={'image': ...} to the engine"
-    ),
+    # trtllm_service.proto's MultimodalInput carries only image_data, and
+    # tensorrt_llm/grpc/smg/servicer.py passes multi_modal_data={'image': ...} to the engine.
+    no_video="TensorRT-LLM's gRPC servicer takes images only",
 )
