@@ -13,24 +13,31 @@ import numpy as np
 from .call import add_call_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
-from .remote import add_video_arguments, image_options_of, options_text, plain, print_videos, video_options_of
+from .remote import UnreadableFile, add_video_arguments, image_options_of, name_items, options_text, plain
+from .remote import print_videos, read_files, video_options_of
 
 
 def _load_local(args):
-    """(the model, the image files' bytes) for a local preprocess or plan; None after
-    saying why not."""
+    """(the model, the image files' bytes, the video files' bytes) for a local preprocess
+    or plan; None after saying why not."""
     from .. import Preprocessor, PreprocessError
 
     try:
+        blobs, videos = read_files(args.images, "image"), read_files(args.videos, "video")
         # As a suffix, the processor is required of the model (an error if its family lacks it).
         budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
         pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
-        return pp, [Path(p).read_bytes() for p in args.images], [Path(p).read_bytes() for p in args.videos]
+        return pp, blobs, videos
     except PreprocessError as e:
-        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
-    except OSError as e:
+        _say(e, args)
+    except UnreadableFile as e:
         print(f"error: {e}", file=sys.stderr)
     return None
+
+
+def _say(e, args) -> None:
+    """A PreprocessError as the server's status would print (the items named by their files)."""
+    print(f"error: {e.code.value}: {name_items(e.message, args)}", file=sys.stderr)
 
 
 def _preprocess_local(args) -> int:
@@ -38,7 +45,7 @@ def _preprocess_local(args) -> int:
 
     loaded = _load_local(args)
     if loaded is None:
-        return 2
+        return 1
     pp, blobs, videos = loaded
     pp.warmup()
     t0 = time.perf_counter()
@@ -46,7 +53,7 @@ def _preprocess_local(args) -> int:
         out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
                             raw=args.pixel_dtype == "uint8", **_video_arguments(videos, args))
     except PreprocessError as e:
-        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        _say(e, args)
         return 1
     ms = (time.perf_counter() - t0) * 1e3
     for i, (path, im, t) in enumerate(zip(args.images, out.images, out.item_timings_ms)):
@@ -82,13 +89,13 @@ def _plan_local(args) -> int:
 
     loaded = _load_local(args)
     if loaded is None:
-        return 2
+        return 1
     pp, blobs, videos = loaded
     try:
         out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
                       **_video_arguments(videos, args))
     except PreprocessError as e:
-        print(f"error: {e.code.value}: {e.message}", file=sys.stderr)
+        _say(e, args)
         return 1
     for i, (path, im) in enumerate(zip(args.images, out.images)):
         grid = " grid " + "x".join(map(str, im.grid)) if im.grid else ""

@@ -412,9 +412,43 @@ def video_options_of(args):
     return None if options == VideoOptions() else options
 
 
-def read_sources(names) -> list:
-    """Plain paths read here (bytes); URLs go as strings for the server to fetch."""
-    return [s if _URL.match(s) else Path(s).read_bytes() for s in names]
+class UnreadableFile(Exception):
+    """A file named on the command line that cannot be read (the message names it)."""
+
+
+def read_files(names, kind: str, urls: bool = False) -> list:
+    """The files' bytes; with ``urls``, a URL stays a string for the server to fetch.
+    UnreadableFile names the ``kind`` ("image", "video"), its index and the path."""
+    out: list = []
+    for i, name in enumerate(names):
+        if urls and _URL.match(name):
+            out.append(name)
+            continue
+        try:
+            out.append(Path(name).read_bytes())
+        except OSError as e:
+            raise UnreadableFile(f"{kind} {i} ({name}): cannot read it: {e.strerror or e}") from None
+    return out
+
+
+def read_sources(args) -> tuple[list, list]:
+    """``args``' images and videos: plain paths read here (bytes), URLs passed on."""
+    return read_files(args.images, "image", urls=True), read_files(getattr(args, "videos", None) or (), "video", urls=True)
+
+
+_ITEM = re.compile(r"\b(image|video) (\d+)\b")
+
+
+def name_items(message: str, args) -> str:
+    """An error's first "image N" / "video N" followed by the path or URL given for it."""
+    def named(m: re.Match) -> str:
+        given = args.images if m.group(1) == "image" else getattr(args, "videos", None) or ()
+        i = int(m.group(2))
+        if i >= len(given) or message.startswith(f": {given[i]}", m.end()):  # (a URL the server named already)
+            return m.group(0)
+        return f"{m.group(0)} ({given[i]})"
+
+    return _ITEM.sub(named, message, count=1)
 
 
 def image_options_of(args):
@@ -562,11 +596,10 @@ def run_remote_preprocess(args) -> int:
     from ..client.client import Client, payload_arrays, payload_options
 
     try:
-        sources = read_sources(args.images)
-        videos = read_sources(getattr(args, "videos", None) or ())
-    except OSError as e:
+        sources, videos = read_sources(args)
+    except UnreadableFile as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 1
     ids = parse_ids(getattr(args, "input_ids", None))
     backend = getattr(args, "backend", None)
     try:
@@ -587,7 +620,7 @@ def run_remote_preprocess(args) -> int:
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+            print(f"error: {e.code().name}: {name_items(e.details() or '', args)}", file=sys.stderr)
             return 1
 
     _print_images(args.images, resp.images)
@@ -643,8 +676,11 @@ def run_remote_plan(args) -> int:
     from ..client.client import Client
 
     try:
-        sources = read_sources(args.images)
-        videos = read_sources(getattr(args, "videos", None) or ())
+        sources, videos = read_sources(args)
+    except UnreadableFile as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
         security = client_security(args)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -657,7 +693,7 @@ def run_remote_plan(args) -> int:
                                image_options=image_options_of(args), videos=videos,
                                video_options=video_options_of(args))
         except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+            print(f"error: {e.code().name}: {name_items(e.details() or '', args)}", file=sys.stderr)
             return 1
     _print_images(args.images, resp.images)
     print_videos(getattr(args, "videos", None) or (), resp.videos)

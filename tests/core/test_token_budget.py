@@ -201,7 +201,7 @@ def test_local_cli_takes_the_budget(tmp_path, capsys):
     img = tmp_path / "a.png"
     img.write_bytes(imagegen.png(40, 80, seed=10))  # Inkling: 1 row of 80 // 40 + 1 = 3 patches
     assert main(["preprocess", "--model", INKLING, "--max-image-tokens", "2", str(img)]) == 1
-    assert "RESOURCE_EXHAUSTED: image 0: 80x40 image expands into 3 tokens, over the budget of 2" in capsys.readouterr().err
+    assert f"RESOURCE_EXHAUSTED: image 0 ({img}): 80x40 image expands into 3 tokens, over the budget of 2" in capsys.readouterr().err
     out = tmp_path / "out.npz"
     assert main(["preprocess", "--model", INKLING, "--max-image-tokens", "3", "--out", str(out), str(img)]) == 0
     with np.load(out) as z:

@@ -54,7 +54,12 @@ def test_remote_failure_prints_status(server, tmp_path):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
     r = cli("preprocess", "--target", server, "--model", QWEN2, "--backend", "sglang", str(bad))
-    assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr
+    assert r.returncode == 1 and f"INVALID_ARGUMENT: image 0 ({bad}): " in r.stderr, r.stderr
+
+    missing = tmp_path / "nosuch.png"
+    for command in ("preprocess", "plan"):
+        r = cli(command, "--target", server, "--model", QWEN2, str(path), str(missing))
+        assert r.returncode == 1 and f"error: image 1 ({missing}): cannot read it: No such file" in r.stderr, r.stderr
 
 
 def test_remote_request_budget(server, pps, tmp_path):
