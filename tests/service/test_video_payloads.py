@@ -113,7 +113,7 @@ def test_backends_without_video_refuse_it(outputs, backend):
     with pytest.raises(PreprocessError) as e:
         message(outs["image+video"], backend, pp)
     assert e.value.code.value == "FAILED_PRECONDITION"
-    assert "servicer.py" in e.value.message and "vLLM or TokenSpeed" in e.value.message
+    assert "takes images only" in e.value.message and "vLLM or TokenSpeed" in e.value.message
 
 
 def test_vllm_refuses_two_batches_with_one_key(stubs, outputs):
