@@ -144,6 +144,7 @@ def test_a_restart_removes_only_its_previous_instances_segments(tmp_path):
     target.write_bytes(b"x")
     link = f"/dev/shm/sglang-mm.{owner}.{secrets.token_hex(16)}"
     os.symlink(target, link)  # a link with our prefix is not ours to follow or remove
+    second = None
     try:
         # the first instance "dies" without closing; a new one with its owner id starts
         second = shm.ShmArena(owner, budget_bytes=MiB, pool_segments=0)
@@ -155,6 +156,8 @@ def test_a_restart_removes_only_its_previous_instances_segments(tmp_path):
     finally:
         os.unlink(link)
         other.close()
+        if second is not None:
+            second.close()  # and its liveness record with it
         for s in left:
             os.close(s.fd)
 
