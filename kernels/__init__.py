@@ -21,6 +21,8 @@ from pathlib import Path
 
 from numba.core import caching
 
+from . import inline_copy
+
 
 def cache_dir(sources: Path, env=os.environ) -> str:
     """Where numba caches the kernels whose sources are the ``*.py`` files in ``sources``."""
@@ -60,6 +62,8 @@ class _KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
 
 if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
     caching.CacheImpl._locator_classes.insert(0, _KernelCacheLocator)
+
+inline_copy.install()
 
 
 def cached() -> bool:

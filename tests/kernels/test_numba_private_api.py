@@ -181,6 +181,40 @@ def _check_function_attributes():
     assert '"prefer-vector-width"="512"' in str(m), "the string attribute is not written out"
 
 
+def _check_inliner_copy():
+    """``inline_ir`` copies the callee block by block with ``copy.deepcopy``, its module's
+    only use of ``copy``, which ``inline_copy`` stands in for; an inlined kernel still runs."""
+    from numba.core import inline_closurecall
+    from sglang_mm_grpc.kernels import inline_copy
+
+    assert inline_closurecall.copy is inline_copy._copier, "the inliner's copy is not the kernels' one"
+    assert inline_closurecall.InlineWorker.inline_ir is inline_copy._inline_ir_sharing_memos, "inline_ir not wrapped"
+    _params(inline_copy._inline_ir, "self", "caller_ir", "block", "i", "callee_ir")
+    source = inspect.getsource(inline_copy._inline_ir)
+    assert "copy.deepcopy(the_ir.blocks[block_label])" in source, "inline_ir no longer copies block by block"
+    module = inspect.getsource(inline_closurecall)
+    uses = {line.strip() for line in module.splitlines() if "copy." in line and "deepcopy(" in line}
+    assert uses == {"new_block = copy.deepcopy(the_ir.blocks[block_label])"}, f"copy used as {uses}"
+
+    @numba.njit(inline="always")
+    def callee(a, n):
+        s = 0
+        for i in range(n):
+            if a[i] > 2:
+                s += a[i]
+            else:
+                s -= 1
+        return s
+
+    @numba.njit
+    def caller(a):
+        return callee(a, a.size) + callee(a, 2)
+
+    import numpy as np
+
+    assert caller(np.arange(6)) == (3 + 4 + 5 - 3) + (-2), "an inlined function computes something else"
+
+
 # -- the table -----------------------------------------------------------------------
 
 
@@ -207,6 +241,9 @@ PRIVATE = [
     Private("numba.core.cpu.CPUContext.codegen", ("simd_ir",), _check_target_context),
     Private("numba.core.codegen.JITCPUCodegen._tm_features", ("simd_ir",), _check_tm_features),
     Private(SET_ADD_ATTRIBUTES, ("simd_ir",), _check_function_attributes),
+    Private("numba.core.inline_closurecall.InlineWorker.inline_ir", ("inline_copy",), _check_inliner_copy),
+    Private("numba.core.inline_closurecall.copy", ("inline_copy",), _check_inliner_copy),
+    Private("numba.core.ir.Block", ("inline_copy",), _check_inliner_copy),
 ]
 
 
