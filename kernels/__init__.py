@@ -11,6 +11,9 @@ edit here starts a fresh one (under ``$NUMBA_CACHE_DIR`` when that is set, else 
 these files, or in the user's cache directory when this directory is read-only).
 A cache locator of numba's that claims the files of this directory only puts them there:
 numba's own settings, and where other numba code in the process caches, stay as they were.
+Entries are stamped with that digest rather than file times, so another checkout of the
+same sources, given the same ``$NUMBA_CACHE_DIR``, loads them instead of compiling, and
+processes may compile into one cache at once (``compile_locks``).
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ from pathlib import Path
 
 from numba.core import caching
 
-from . import inline_copy
+from . import compile_locks, inline_copy
+
+
+def sources_digest(sources: Path) -> str:
+    """A digest of the ``*.py`` files in ``sources``: their names and contents."""
+    digest = hashlib.blake2b(digest_size=8)
+    for source in sorted(sources.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
 
 
 def cache_dir(sources: Path, env=os.environ) -> str:
     """Where numba caches the kernels whose sources are the ``*.py`` files in ``sources``."""
-    digest = hashlib.blake2b(digest_size=8)
-    for source in sorted(sources.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    name = f"numba-{digest.hexdigest()}"
+    name = f"numba-{sources_digest(sources)}"
     if env.get("NUMBA_CACHE_DIR"):
         return str(Path(env["NUMBA_CACHE_DIR"]) / name)
     local = sources / "__pycache__"
@@ -39,6 +47,7 @@ def cache_dir(sources: Path, env=os.environ) -> str:
 
 
 HERE = Path(__file__).resolve().parent
+DIGEST = sources_digest(HERE)
 CACHE_DIR = cache_dir(HERE)
 
 
@@ -53,6 +62,11 @@ class _KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
     def get_cache_path(self) -> str:
         return self._cache_path
 
+    def get_source_stamp(self) -> str:
+        """The sources' digest, not numba's file time and size: the same sources in
+        another checkout (or installed) find the same entries in a shared cache."""
+        return DIGEST
+
     @classmethod
     def from_function(cls, py_func, py_file):
         if Path(py_file).resolve().parent != HERE:
@@ -64,6 +78,7 @@ if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
     caching.CacheImpl._locator_classes.insert(0, _KernelCacheLocator)
 
 inline_copy.install()
+compile_locks.install(CACHE_DIR, lambda py_func: Path(py_func.__code__.co_filename).resolve().parent == HERE)
 
 
 def cached() -> bool:

@@ -523,6 +523,12 @@ def warmup() -> None:
     """Compile (or load from the on-disk cache) every kernel, so no request pays for it:
     all channel counts and filters through ``resize``, and the pass kernels' entries
     (which give them C-contiguous arrays whatever the caller has)."""
+    warmup_one_size()
+    warmup_two_sizes()
+
+
+def warmup_one_size() -> None:
+    """``warmup``'s kernels but ``separable_two``'s (separate: they compile in parallel)."""
     for nc in (1, 2, 3, 4):
         a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
         for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
@@ -533,5 +539,9 @@ def warmup() -> None:
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     bounds, kk = coeffs(5, 3, BICUBIC)
     resample_vertical(a[:, :6], np.empty((3, 6, 3), np.uint8), bounds, kk)
+
+
+def warmup_two_sizes() -> None:
+    """``separable_two`` and the passes it calls."""
     for c in (3, 4):
         resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), BICUBIC)

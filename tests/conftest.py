@@ -73,18 +73,16 @@ def _kernels_compiled_once(request):
     global _warmed
     if _warmed or "PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("kernels_warm") is None:
         return
-    from sglang_mm_grpc import Preprocessor, kernels
+    from sglang_mm_grpc import kernels
     from sglang_mm_grpc.config import preset_names
-    from sglang_mm_grpc.kernels import wirecast
+    from sglang_mm_grpc.server import precompile
 
     cache = Path(os.environ["NUMBA_CACHE_DIR"])
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".compiling.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not kernels.cached():
-            for name in preset_names():
-                Preprocessor.from_model(name, cache_bytes=0).warmup()
-            wirecast.warmup()
+            precompile.compile_kernels(preset_names())
     _warmed = True
 
 

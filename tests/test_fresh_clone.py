@@ -2,21 +2,20 @@
 
 ``./scripts/test`` makes the clone's own ``.venv`` and runs pytest in it (here on one
 small test file: the whole suite is what CI itself runs through the same command);
-``./scripts/serve`` then reuses that venv, compiles the kernels into the clone's cold
-cache, reports SERVING with every built-in preset, and exits 0 on SIGTERM. The clone is
-of what is committed.
+``./scripts/serve`` then reuses that venv, reports SERVING with every built-in preset,
+and exits 0 on SIGTERM. The clone is of what is committed.
 
-This is the suite's one cold compile (the rest of the run shares one warm cache), so it
-also checks where compiling happens with ``--processes 2``: process 0 compiles and saves
-every kernel; process 1 starts once it is warm and only loads them.
-"""
+The server shares the run's kernel cache (entries are keyed by the kernel sources, not
+their paths): it compiles only what the run's one cold compile (tests/conftest.py, the
+parallel compile a first start runs) has not compiled yet, waiting for what is being
+compiled. With ``--processes 2`` process 1 starts once process 0 is warm and only loads.
+
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 from servers import REPO, Proc, free_port, wait_serving
 
@@ -34,13 +33,12 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
 
     port = free_port()
     served = Proc([str(clone / "scripts" / "serve"), "--port", str(port), "--processes", "2"], tmp_path / "serve.log",
-                  env={"VIRTUAL_ENV": None, "NUMBA_CACHE_DIR": None, "NUMBA_DEBUG_CACHE": "1", "PYTHONUNBUFFERED": "1"})
+                  env={"VIRTUAL_ENV": None, "NUMBA_DEBUG_CACHE": "1", "PYTHONUNBUFFERED": "1"})
     try:
         wait_serving(f"127.0.0.1:{port}", served, timeout=1200)
         log = served.log_text()
         assert "installing sglang-mm-grpc" not in log  # ./scripts/test set the venv up already
-        assert "compiling kernels (first start only" in log and f"SERVING on 127.0.0.1:{port}" in log
-        assert _cache_dirs(clone)
+        assert f"SERVING on 127.0.0.1:{port}" in log
     finally:
         served.signal(signal.SIGTERM)
         code = served.wait(120)
@@ -48,11 +46,6 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
     lines = served.log_text().splitlines()
     second = next(i for i, line in enumerate(lines) if "process 1 started" in line)
     before, after = lines[:second], lines[second:]
-    assert sum("[cache] data saved" in line for line in before) > 0
+    assert sum("[cache] data loaded" in line for line in before) > 0  # the run's entries, found from the clone
     assert sum("[cache] data saved" in line for line in after) == 0
     assert sum("[cache] data loaded" in line for line in after) > 0
-
-
-def _cache_dirs(clone: Path) -> list[str]:
-    """The clone's own kernel cache (compiled by its first start, not borrowed from ours)."""
-    return [str(p) for p in (clone / "kernels" / "__pycache__").glob("numba-*") if any(p.rglob("*.nbi"))]

@@ -55,6 +55,7 @@ from ..service.transport import Transport, default_min_bytes, default_transport
 from ..kernels import cached as kernels_cached
 from ..kernels import wirecast
 from .transport_warmup import warm_transport
+from . import precompile
 from ..wire.serialize import serialize_response
 
 if TYPE_CHECKING:
@@ -68,8 +69,6 @@ HEALTH_SERVICE_NAME = health.SERVICE_NAME
 MiB = 1 << 20
 #: Encoded images kept for media ids, by default.
 DEFAULT_MEDIA_STORE_BYTES = 256 * MiB
-#: Seconds a cold start compiles per model, roughly (2-core VM; shared kernels make it less per model).
-FIRST_START_S_PER_MODEL = 5
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -355,8 +354,10 @@ class Server:
         specs = self.config.models or preset_names()
         loop = asyncio.get_running_loop()
         if not kernels_cached():
-            log.info("compiling kernels (first start only, about %d s for %d model(s); later starts load them "
-                     "from the cache)", FIRST_START_S_PER_MODEL * len(specs), len(specs))
+            processes = precompile.default_processes()
+            log.info("compiling kernels (first start only: a few minutes for every preset, in %d process(es); later "
+                     "starts load them from the cache in seconds)", processes)
+            await loop.run_in_executor(None, precompile.compile_kernels, specs, self.config.processor, processes)
         for i, spec in enumerate(specs, start=1):
             log.info("loading %s (%d of %d)", spec, i, len(specs))
             pp = await loop.run_in_executor(self.executor, self._load_one, spec)

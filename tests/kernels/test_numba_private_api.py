@@ -215,6 +215,35 @@ def _check_inliner_copy():
     assert caller(np.arange(6)) == (3 + 4 + 5 - 3) + (-2), "an inlined function computes something else"
 
 
+def _check_compile_locks():
+    """What ``compile_locks`` wraps: ``Dispatcher.compile(self, sig)`` takes numba's
+    (reentrant) compiler lock and tries the disk cache before compiling; the index's
+    ``save`` reads the index, picks a name and writes it back; ``Cache._index_key`` is the
+    cache's key of a signature."""
+    import threading
+
+    from numba.core import caching, compiler_lock, dispatcher, sigutils
+
+    compile_one = dispatcher.Dispatcher.compile
+    assert getattr(compile_one, "_kernel_locks", False), "Dispatcher.compile is not wrapped"
+    original = inspect.getsource(compile_one.__wrapped__)
+    _params(compile_one.__wrapped__, "self", "sig")
+    assert "global_compiler_lock" in original and "self._cache.load_overload(sig" in original, \
+        "compile no longer loads from the cache under the compiler lock"
+    save = inspect.getsource(caching.IndexDataCacheFile.save.__wrapped__)
+    _params(caching.IndexDataCacheFile.save.__wrapped__, "self", "key", "data")
+    assert "self._load_index()" in save and "self._save_index(overloads)" in save, "save changed shape"
+    assert "_index_path" in inspect.getsource(caching.IndexDataCacheFile.__init__), "no _index_path"
+    _params(caching.Cache._index_key, "self", "sig", "codegen")
+    lock = compiler_lock.global_compiler_lock
+    with lock:
+        with lock:  # reentrant: a compile inside a compile
+            pass
+    assert isinstance(threading.RLock(), type(lock._lock)), "not an RLock"
+    args, ret = sigutils.normalize_signature((types.int32, types.float64))
+    assert tuple(args) == (types.int32, types.float64) and ret is None, f"normalize_signature gave {args, ret}"
+
+
 # -- the table -----------------------------------------------------------------------
 
 
@@ -244,6 +273,11 @@ PRIVATE = [
     Private("numba.core.inline_closurecall.InlineWorker.inline_ir", ("inline_copy",), _check_inliner_copy),
     Private("numba.core.inline_closurecall.copy", ("inline_copy",), _check_inliner_copy),
     Private("numba.core.ir.Block", ("inline_copy",), _check_inliner_copy),
+    Private("numba.core.caching.Cache", ("compile_locks",), _check_compile_locks),
+    Private("numba.core.caching.IndexDataCacheFile.save", ("compile_locks",), _check_compile_locks),
+    Private("numba.core.dispatcher.Dispatcher.compile", ("compile_locks",), _check_compile_locks),
+    Private("numba.core.compiler_lock.global_compiler_lock", ("compile_locks",), _check_compile_locks),
+    Private("numba.core.sigutils.normalize_signature", ("compile_locks",), _check_compile_locks),
 ]
 
 

@@ -1,0 +1,130 @@
+"""A cold first start compiles the kernels in parallel processes, and says how it goes.
+
+Each process warms every model (compiling what the cache lacks, loading the rest), in
+its own order, so they start on different kernels; ``kernels.compile_locks`` makes a
+kernel that two of them need compile once while the other waits for it. The resampling
+passes, which most models' other kernels call, go first, split between two processes.
+Afterwards the server loads every model from the cache as on any later start.
+
+``python -m sglang_mm_grpc.server.precompile PART PARTS [--processor P] SPEC...`` is one
+helper process; it prints ``warm SPEC`` as each model is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+log = logging.getLogger("sglang_mm_grpc.server")
+
+#: At most this many processes compile (each holds a model's kernels being compiled).
+MAX_PROCESSES = 4
+#: Seconds between progress lines.
+PROGRESS_EVERY_S = 10.0
+
+
+def default_processes() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_PROCESSES))
+
+
+def rotated(specs: list[str], part: int, parts: int) -> list[str]:
+    """Every spec, part ``part`` of ``parts`` starting its share of the way along."""
+    start = part * len(specs) // parts
+    return specs[start:] + specs[:start]
+
+
+def warm_part(specs: list[str], part: int, parts: int, processor: str | None, done=print) -> None:
+    """Warm every model in part ``part``'s order, calling ``done(spec)`` after each."""
+    from ..kernels import resample_pil, wirecast
+    from ..pipeline.driver import Preprocessor
+
+    primers = (resample_pil.warmup_one_size, resample_pil.warmup_two_sizes)
+    if parts == 1:
+        primers[0]()
+        primers[1]()
+    elif part < len(primers):
+        primers[part]()
+    for spec in rotated(specs, part, parts):
+        Preprocessor.from_model(spec, processor=processor, cache_bytes=0).warmup()
+        done(spec)
+    wirecast.warmup()
+
+
+def compile_kernels(specs: list[str], processor: str | None = None, processes: int | None = None) -> None:
+    """Compile every kernel these models use into the cache, in ``processes`` processes
+    (this one among them), logging progress every ``PROGRESS_EVERY_S`` seconds."""
+    processes = processes or default_processes()
+    started = time.monotonic()
+    warm: set[str] = set()
+    lock = threading.Lock()
+
+    def done(spec: str) -> None:
+        with lock:
+            if spec in warm:
+                return
+            warm.add(spec)
+        log.info("kernels of %s ready after %.0f s", spec, time.monotonic() - started)
+
+    helpers = []
+    for part in range(1, processes):
+        args = [sys.executable, "-m", __name__, str(part), str(processes), *specs]
+        if processor:
+            args[5:5] = ["--processor", processor]
+        helpers.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
+    readers = [threading.Thread(target=_read_warm, args=(h, done), daemon=True) for h in helpers]
+    for r in readers:
+        r.start()
+    stop = threading.Event()
+    ticker = threading.Thread(target=_report, args=(stop, started, warm, lock, len(specs), processes), daemon=True)
+    ticker.start()
+    try:
+        warm_part(specs, 0, processes, processor, done)
+        for h in helpers:
+            if h.wait() != 0:
+                log.warning("a kernel-compiling process exited with %s; this one compiles what it left", h.returncode)
+    finally:
+        stop.set()
+        for h in helpers:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
+    log.info("kernels compiled in %.0f s by %d process(es)", time.monotonic() - started, processes)
+
+
+def _read_warm(helper: subprocess.Popen, done) -> None:
+    assert helper.stdout is not None
+    for line in helper.stdout:
+        if line.startswith("warm "):
+            done(line[5:].strip())
+
+
+def _report(stop: threading.Event, started: float, warm: set, lock: threading.Lock, total: int,
+            processes: int) -> None:
+    while not stop.wait(PROGRESS_EVERY_S):
+        with lock:
+            n = len(warm)
+        log.info("compiling kernels: %.0f s, %d of %d model(s) ready, %d process(es)",
+                 time.monotonic() - started, n, total, processes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sglang_mm_grpc.server.precompile")
+    parser.add_argument("part", type=int)
+    parser.add_argument("parts", type=int)
+    parser.add_argument("--processor")
+    parser.add_argument("specs", nargs="+")
+    args = parser.parse_args(argv)
+    warm_part(args.specs, args.part, args.parts, args.processor, lambda spec: print("warm", spec, flush=True))
+
+
+if __name__ == "__main__":
+    main()
