@@ -6,8 +6,8 @@ kernel that two of them need compile once while the other waits for it. The resa
 passes, which most models' other kernels call, go first, split between two processes.
 Afterwards the server loads every model from the cache as on any later start.
 
-``python -m sglang_mm_grpc.server.precompile PART PARTS [--processor P] SPEC...`` is one
-helper process; it prints ``warm SPEC`` as each model is done.
+A helper process runs ``main`` (``PART PARTS [--processor P] SPEC...``); it prints
+``warm SPEC`` as each model is done.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ log = logging.getLogger("sglang_mm_grpc.server")
 MAX_PROCESSES = 4
 #: Seconds between progress lines.
 PROGRESS_EVERY_S = 10.0
+
+
+_HELPER = f"import sys; from {__name__} import main; main(sys.argv[1:])"
 
 
 def default_processes() -> int:
@@ -76,7 +79,7 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
 
     helpers = []
     for part in range(1, processes):
-        args = [sys.executable, "-m", __name__, str(part), str(processes), *specs]
+        args = [sys.executable, "-c", _HELPER, str(part), str(processes), *specs]
         if processor:
             args[5:5] = ["--processor", processor]
         helpers.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
@@ -112,19 +115,24 @@ def _report(stop: threading.Event, started: float, warm: set, lock: threading.Lo
     while not stop.wait(PROGRESS_EVERY_S):
         with lock:
             n = len(warm)
-        log.info("compiling kernels: %.0f s, %d of %d model(s) ready, %d process(es)",
-                 time.monotonic() - started, n, total, processes)
+        log.info("compiling kernels: %.0f s, %d of %d model(s) ready, %d compiled kernel(s) in the cache, "
+                 "%d process(es)", time.monotonic() - started, n, total, _cached_kernels(), processes)
+
+
+def _cached_kernels() -> int:
+    from ..kernels import CACHE_DIR
+
+    try:
+        return sum(1 for name in os.listdir(CACHE_DIR) if name.endswith(".nbc"))
+    except OSError:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sglang_mm_grpc.server.precompile")
+    parser = argparse.ArgumentParser(prog="precompile")
     parser.add_argument("part", type=int)
     parser.add_argument("parts", type=int)
     parser.add_argument("--processor")
     parser.add_argument("specs", nargs="+")
     args = parser.parse_args(argv)
     warm_part(args.specs, args.part, args.parts, args.processor, lambda spec: print("warm", spec, flush=True))
-
-
-if __name__ == "__main__":
-    main()
