@@ -32,8 +32,16 @@ _held = threading.local()  # the signature locks this thread holds (a nested com
 
 
 @contextlib.contextmanager
-def _flock(path: str):
-    with open(path, "a+b") as f:
+def _flock(path: Path):
+    """An exclusive flock on ``path``; none where it cannot be made (a read-only cache
+    compiles nothing into it anyway)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+b")
+    except OSError:
+        yield
+        return
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -58,16 +66,15 @@ def install(cache_dir: str, is_kernel) -> None:
         return
 
     def compile_locked(self, sig):
-        if not is_kernel(self.py_func) or not isinstance(self._cache, caching.Cache):  # not cached: not shared
+        if (tuple(sigutils.normalize_signature(sig)[0]) in self.overloads  # compiled in this process already
+                or not isinstance(self._cache, caching.Cache) or not is_kernel(self.py_func)):  # not cached here
             return compile_one(self, sig)
-        key = _signature_key(self, sig)
-        held = _held.__dict__.setdefault("keys", set())
         with global_compiler_lock:
-            if key in held or tuple(sigutils.normalize_signature(sig)[0]) in self.overloads:
+            key = _signature_key(self, sig)
+            held = _held.__dict__.setdefault("keys", set())
+            if key in held:
                 return compile_one(self, sig)
-            locks = Path(cache_dir) / "locks"
-            locks.mkdir(parents=True, exist_ok=True)
-            with _flock(str(locks / key)):
+            with _flock(Path(cache_dir) / "locks" / key):
                 held.add(key)
                 try:
                     return compile_one(self, sig)
@@ -77,7 +84,7 @@ def install(cache_dir: str, is_kernel) -> None:
     def save_locked(self, key, data):
         if os.path.dirname(self._index_path) != cache_dir:
             return save(self, key, data)
-        with _flock(self._index_path + ".lock"):
+        with _flock(Path(self._index_path + ".lock")):
             return save(self, key, data)
 
     compile_locked._kernel_locks = True  # type: ignore[attr-defined]
