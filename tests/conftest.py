@@ -24,7 +24,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 os.environ.setdefault("NUMBA_CACHE_DIR", str(TESTS.parent / "kernels" / "__pycache__"))
 
-import fcntl  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -33,7 +34,7 @@ import servers  # noqa: E402  (after the cache directory is set: it imports the 
 #: Folders and top-level files whose tests are all in the full tier.
 SLOW_FOLDERS = {"service", "reliability"}
 SLOW_FILES = {"test_packaging.py", "test_fresh_clone.py", "test_docs_examples.py", "test_deploy.py", "test_types.py"}
-#: Started first (the longest: a cold compile), so that the other workers run the rest beside it.
+#: Started first (the longest: a venv install, then every preset served), the rest beside it.
 FIRST = "test_fresh_clone.py"
 
 
@@ -55,35 +56,30 @@ def pytest_collection_modifyitems(config, items):
         where = Path(str(item.fspath)).relative_to(TESTS).parts
         if len(where) > 1:
             item.add_marker(where[0])
-            item.add_marker("kernels_warm")
         if where[0] in SLOW_FOLDERS or where[-1] in SLOW_FILES:
             item.add_marker("slow")
 
 
-_warmed = False
+#: The run's background compile of every preset's kernels (started by the controller).
+_compiling: subprocess.Popen | None = None
 
 
-@pytest.fixture(autouse=True)
-def _kernels_compiled_once(request):
-    """Parallel workers would each compile the same kernels from a cold cache: the first
-    to get here compiles every preset's (as a server's start does), the others wait for
-    the lock and then load them. Only for the tests in folders (the top-level ones, the
-    fresh-clone test on its own cold cache among them, start at once), and not in one
-    process (it compiles as it goes)."""
-    global _warmed
-    if _warmed or "PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("kernels_warm") is None:
-        return
-    from sglang_mm_grpc import kernels
-    from sglang_mm_grpc.config import preset_names
-    from sglang_mm_grpc.server import precompile
+def pytest_sessionstart(session):
+    """With parallel workers, the controller compiles every preset's kernels in a process
+    of its own while the workers run: a test needing a kernel not yet in the cache compiles
+    it, or waits for the process compiling it (``kernels/compile_locks``), and no worker
+    waits for the whole compile. Not when the cache already has kernels."""
+    global _compiling
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        from sglang_mm_grpc import kernels
 
-    cache = Path(os.environ["NUMBA_CACHE_DIR"])
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".compiling.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
         if not kernels.cached():
-            precompile.compile_kernels(preset_names())
-    _warmed = True
+            _compiling = subprocess.Popen([sys.executable, "-c", COMPILE_EVERY_PRESET])
+
+
+COMPILE_EVERY_PRESET = ("from sglang_mm_grpc.config import preset_names; "
+                        "from sglang_mm_grpc.server.precompile import compile_kernels; "
+                        "compile_kernels(preset_names(), processes=1)")
 
 
 #: The servers' shared-memory owners of the run's xdist workers (reported as they finish).
@@ -97,6 +93,8 @@ def pytest_testnodedown(node, error):
 
 @pytest.hookimpl(trylast=True)  # after the session's fixtures (and their servers) are torn down
 def pytest_sessionfinish(session, exitstatus):
+    if _compiling is not None and _compiling.wait() != 0:
+        session.exitstatus = 1
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller checks once all are down
         workeroutput["shm_owners"] = sorted(servers.SHM_OWNERS)

@@ -6,9 +6,10 @@ small test file: the whole suite is what CI itself runs through the same command
 and exits 0 on SIGTERM. The clone is of what is committed.
 
 The server shares the run's kernel cache (entries are keyed by the kernel sources, not
-their paths): it compiles only what the run's one cold compile (tests/conftest.py, the
-parallel compile a first start runs) has not compiled yet, waiting for what is being
-compiled. With ``--processes 2`` process 1 starts once process 0 is warm and only loads.
+their paths): it compiles only what the run (tests/conftest.py) has not compiled yet, waiting for
+what is being compiled. With ``--processes 2`` process 1 starts once process 0 is warm
+and only loads.
+"""
 
 
 from __future__ import annotations
