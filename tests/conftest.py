@@ -68,8 +68,7 @@ def pytest_sessionstart(session):
     """With parallel workers, the controller compiles every preset's kernels in a process
     of its own while the workers run: a test needing a kernel not yet in the cache compiles
     it, or waits for the process compiling it (``kernels/compile_locks``), and no worker
-    waits for the whole compile. Not when the cache already has kernels; a run that ends
-    first stops it."""
+    waits for the whole compile. Not when the cache already has kernels."""
     global _compiling
     if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
         from sglang_mm_grpc import kernels
@@ -94,12 +93,8 @@ def pytest_testnodedown(node, error):
 
 @pytest.hookimpl(trylast=True)  # after the session's fixtures (and their servers) are torn down
 def pytest_sessionfinish(session, exitstatus):
-    if _compiling is not None:  # a short run ends before it: stopped (its saved kernels stay)
-        if _compiling.poll() is None:
-            _compiling.terminate()
-            _compiling.wait()
-        elif _compiling.returncode != 0:
-            session.exitstatus = 1
+    if _compiling is not None and _compiling.wait() != 0:
+        session.exitstatus = 1
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller checks once all are down
         workeroutput["shm_owners"] = sorted(servers.SHM_OWNERS)

@@ -50,8 +50,12 @@ def warm_part(specs: list[str], part: int, parts: int, processor: str | None, do
     from ..kernels import resample_pil, wirecast
     from ..pipeline.driver import Preprocessor
 
-    for primer in (resample_pil.warmup_one_size, resample_pil.warmup_two_sizes)[part::parts]:
-        primer()  # the resampling passes, which most other kernels call: split between processes
+    primers = (resample_pil.warmup_one_size, resample_pil.warmup_two_sizes)
+    if parts == 1:
+        primers[0]()
+        primers[1]()
+    elif part < len(primers):
+        primers[part]()
     for spec in rotated(specs, part, parts):
         Preprocessor.from_model(spec, processor=processor, cache_bytes=0).warmup()
         done(spec)
