@@ -26,12 +26,16 @@ from . import resample_pil
 from .normalize import OUT_DTYPES, copy_run, normalize_row, store_fence, stream_run, streams, tables
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def write_band(rows, alias, gw, patch, merge, temporal, flat, stage, r, stream):
     """Write one band's output rows (its merge blocks, in memory order) from its normalized
     (or raw) planar rows ``rows[f, mh, c, py, x]``, temporal slot t taking frame
     ``alias[t]`` (an image: frame 0 in every slot); each block through ``stage`` with
-    streaming stores when ``stream``. Returns the next output row."""
+    streaming stores when ``stream``. Returns the next output row.
+
+    Called, not inlined, with the geometry (``patch``, ``merge``, ``temporal``) as
+    constants: numba compiles it once per geometry and dtype for all the kernels that
+    call it, with those constants baked in (straight vector code for the moves)."""
     pp = patch * patch
     width = 3 * temporal * pp
     block = merge * merge * width
@@ -92,7 +96,7 @@ def window_rows(bv, out_h, group):
     return cap
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def slide_window(win, src, wlo, whi, bv, y0, y1, bh, kh):
     """Move the window ``win`` (holding the horizontal pass of source rows [wlo, whi)) on
     to the rows output rows [y0, y1) read: rows passed are dropped, new ones resampled

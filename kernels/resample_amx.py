@@ -117,7 +117,7 @@ def pays(bounds):
     return most >= MIN_TAPS
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
+@numba.njit(nogil=True, cache=True)
 def try_horizontal(sflat, in_w, out_h, dflat, bounds, kk):
     """``horizontal`` of RGBX rows into RGB ones where it pays and a plan exists (the
     caller checked ``amx.permitted()`` and ``out_h`` >= ``MIN_ROWS``); whether it ran."""

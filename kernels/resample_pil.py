@@ -180,7 +180,7 @@ def horizontal_first(in_h: int, in_w: int, out_h: int, out_w: int) -> bool:
 def horizontal_pass(src, dst, row0, bounds, kk):
     """``resample_horizontal`` for C-contiguous arrays, callable from other kernels.
     (Numba compiles a function once per array layout it is given, and this one takes
-    ~15 s to compile: the Python entries hand it C-contiguous arrays only.)"""
+    seconds to compile: the Python entries hand it C-contiguous arrays only.)"""
     wide_vectors()
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
@@ -191,13 +191,10 @@ def horizontal_pass(src, dst, row0, bounds, kk):
     dflat = dst.reshape(dst.size)
     # 64 int32 lanes per block.
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= resample_amx.MIN_ROWS and amx.permitted() \
-            and resample_amx.try_horizontal(sflat, in_w, out_h, dflat, bounds, kk):
-        return
-    if nc == 3 and sp == 4:
-        horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
-    elif nc == 3:
-        horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 3, 4, 16)
+    if nc == 3:
+        if sp != 4 or out_h < resample_amx.MIN_ROWS or not amx.permitted() \
+                or not resample_amx.try_horizontal(sflat, in_w, out_h, dflat, bounds, kk):
+            horizontal_rgb(sflat, dflat, in_w, bounds, kk, sp)
     elif nc == 1:
         horizontal_blocked(sflat, dflat, in_w, bounds, kk, 1, 1, 1, 64)
     elif nc == 4:
@@ -207,9 +204,20 @@ def horizontal_pass(src, dst, row0, bounds, kk):
 
 
 @numba.njit(nogil=True, cache=True)
+def horizontal_rgb(sflat, dflat, in_w, bounds, kk, sp):
+    """``horizontal_blocked`` of RGB (``sp`` 3) or RGBX (4) rows into RGB ones. Called, not
+    inlined, by both horizontal passes: compiled once (it is most of their compile time)."""
+    wide_vectors()
+    if sp == 4:
+        horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 4, 4, 16)
+    else:
+        horizontal_blocked(sflat, dflat, in_w, bounds, kk, 3, 3, 4, 16)
+
+
+@numba.njit(nogil=True, cache=True)
 def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b):
-    """``horizontal_pass`` into ``dst_a`` and ``dst_b`` (as many rows, the same channels)
-    from the same source rows, each block of them read once."""
+    """``horizontal_pass`` into ``dst_a`` and ``dst_b`` (as many RGB rows, out of RGB or
+    RGBX ones) from the same source rows, each block of them read once."""
     wide_vectors()
     out_h, out_wa, nc = dst_a.shape
     if out_h == 0 or out_wa == 0 or dst_b.shape[1] == 0:
@@ -220,27 +228,24 @@ def horizontal_pass_two(src, dst_a, dst_b, row0, bounds_a, kk_a, bounds_b, kk_b)
     fa = dst_a.reshape(dst_a.size)
     fb = dst_b.reshape(dst_b.size)
     sp = src.shape[2]
-    if nc == 3 and sp == 4 and out_h >= resample_amx.MIN_ROWS and amx.permitted():
+    if nc != 3 or (sp != 3 and sp != 4):
+        raise ValueError("horizontal_pass_two: RGB rows out of RGB or RGBX ones only")
+    if sp == 4 and out_h >= resample_amx.MIN_ROWS and amx.permitted():
         # one width after the other (both sets of weight tiles would not stay in L2
         # together); a width AMX does not pay for goes the int16-pair way alone
         on_a = resample_amx.try_horizontal(sflat, in_w, out_h, fa, bounds_a, kk_a)
         on_b = resample_amx.try_horizontal(sflat, in_w, out_h, fb, bounds_b, kk_b)
-        if on_a and not on_b:
-            horizontal_blocked(sflat, fb, in_w, bounds_b, kk_b, 3, 4, 4, 16)
-        elif on_b and not on_a:
-            horizontal_blocked(sflat, fa, in_w, bounds_a, kk_a, 3, 4, 4, 16)
+        if on_a != on_b:
+            if on_a:
+                horizontal_rgb(sflat, fb, in_w, bounds_b, kk_b, sp)
+            else:
+                horizontal_rgb(sflat, fa, in_w, bounds_a, kk_a, sp)
         if on_a or on_b:
             return
-    if nc == 3 and sp == 4:
+    if sp == 4:
         horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 4, 4, 16)
-    elif nc == 3:
-        horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 3, 4, 16)
-    elif nc == 1:
-        horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 1, 1, 1, 64)
-    elif nc == 4:
-        horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 4, 4, 4, 16)
     else:
-        horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 2, 2, 2, 32)
+        horizontal_blocked_two(sflat, fa, fb, in_w, bounds_a, kk_a, bounds_b, kk_b, 3, 3, 4, 16)
 
 
 @numba.njit(nogil=True, cache=True)
