@@ -13,15 +13,10 @@ calls too.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 
-from .remote import add_client_security_arguments, client_security, plain
-
-#: The server ``call`` talks to when ``--target`` is not given.
-ENV_TARGET = "SGLANG_MM_GRPC_TARGET"
-DEFAULT_TARGET = "127.0.0.1:50061"
+from .remote import add_client_security_arguments, add_target_arguments, client_security, plain
 
 DEFAULT_SERVICE = "sglang_mm.v1.MultimodalPreprocessor"
 #: How deeply a request's JSON may nest (objects and arrays): twice protobuf's own limit
@@ -40,9 +35,7 @@ def add_call_parser(subparsers) -> None:
     p.add_argument("method", metavar="METHOD", help="e.g. ListModels, Preprocess, grpc.health.v1.Health/Check")
     p.add_argument("request", nargs="?", default="{}", metavar="JSON|@FILE",
                    help="the request as JSON, @file or @- for stdin (default: {})")
-    p.add_argument("--target", default=os.environ.get(ENV_TARGET) or DEFAULT_TARGET,
-                   help=f"HOST:PORT of the server (default: ${ENV_TARGET}, else {DEFAULT_TARGET}; now %(default)s)")
-    p.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds (default %(default)s)")
+    add_target_arguments(p, timeout=60.0, local=False)
     add_client_security_arguments(p)
     p.set_defaults(func=run_call)
 

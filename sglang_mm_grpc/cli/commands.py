@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .call import add_call_parser
-from .remote import add_budget_argument, add_processor_argument, add_serve_parser, parse_ids
+from .remote import add_budget_argument, add_processor_argument, add_serve_parser, add_target_arguments, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
 from .remote import UnreadableFile, add_video_arguments, image_options_of, name_items, options_text, plain
 from .remote import print_videos, read_files, video_options_of
@@ -135,8 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="preset id, model directory, or (with --target) a served name")
     p.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
     p.add_argument("--out", help="write every output array to this .npz")
-    p.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
-    p.add_argument("--timeout", type=float, default=120.0, help="with --target: deadline in seconds")
+    add_target_arguments(p, timeout=120.0, local=True)
     p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"),
                    help="with --target: assemble this backend's payload")
     p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16", "uint8"),
@@ -155,8 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "headers alone (locally, or through a server with --target)")
     q.add_argument("--model", required=True, help="preset id, model directory, or (with --target) a served name")
     q.add_argument("--input-ids", help="comma-separated token ids with one placeholder per image (default: just the placeholders)")
-    q.add_argument("--target", help="HOST:PORT of a running server; without it the work is done in-process")
-    q.add_argument("--timeout", type=float, default=120.0, help="with --target: deadline in seconds")
+    add_target_arguments(q, timeout=120.0, local=True)
     add_processor_argument(q, "locally: ")
     add_budget_argument(q)
     add_image_options_arguments(q)

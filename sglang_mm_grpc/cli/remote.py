@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -182,6 +183,30 @@ def add_token_arguments(p, who: str) -> None:
                    help=f"{who} bearer token(s) in this file (one per line)")
     p.add_argument("--auth-token-env", metavar="VAR",
                    help=f"{who} bearer token in this environment variable")
+
+
+#: The server every client command talks to when ``--target`` is not given.
+ENV_TARGET = "SGLANG_MM_GRPC_TARGET"
+#: Where ``call`` goes without either (``serve``'s default port).
+DEFAULT_TARGET = "127.0.0.1:50061"
+
+
+def add_target_arguments(p, timeout: float, local: bool) -> None:
+    """``--target`` (default ``$SGLANG_MM_GRPC_TARGET``) and ``--timeout``. With ``local``
+    (a command that can work in-process) no server given means in-process, and
+    ``--in-process`` ignores the variable; otherwise the fallback is ``DEFAULT_TARGET``."""
+    env = os.environ.get(ENV_TARGET) or None
+    now = f"; now {env}" if env else ""
+    if local:
+        p.add_argument("--target", default=env, help=f"HOST:PORT of a running server (default: ${ENV_TARGET}{now}); "
+                       "without either the work is done in-process")
+        p.add_argument("--in-process", dest="target", action="store_const", const=None,
+                       help=f"do the work in this process even when ${ENV_TARGET} is set")
+    else:
+        p.add_argument("--target", default=env or DEFAULT_TARGET,
+                       help=f"HOST:PORT of the server (default: ${ENV_TARGET}, else {DEFAULT_TARGET}{now})")
+    p.add_argument("--timeout", type=float, default=timeout, help="deadline in seconds (default %(default)s)"
+                   + (", with a server" if local else ""))
 
 
 def add_client_security_arguments(p) -> None:
@@ -560,28 +585,6 @@ def _domains(values) -> list[str] | None:
 def _given(**options) -> dict:
     """Only the options set on the command line (the rest keep their defaults)."""
     return {k: v for k, v in options.items() if v is not None}
-
-
-def add_remote_preprocess_parser(subparsers) -> argparse.ArgumentParser:
-    """``preprocess --target`` on its own (``cli/commands.py`` has the combined local/remote one)."""
-    p = subparsers.add_parser("preprocess", help="preprocess images through a running server")
-    p.add_argument("--target", required=True, help="HOST:PORT of the server")
-    p.add_argument("--model", required=True, help="a served model name (see ListModels)")
-    p.add_argument("--backend", choices=("sglang", "vllm", "trtllm", "tokenspeed"), help="assemble this backend's payload")
-    p.add_argument("--pixel-dtype", choices=("float32", "bfloat16", "float16", "uint8"),
-                   help="the pixel tensor's wire dtype (default: the backend's; uint8: raw pixels for an engine that "
-                   "normalizes on the device)")
-    p.add_argument("--input-ids", help="comma-separated token ids, one placeholder per image")
-    p.add_argument("--out", help="write the payload's tensors and input_ids to this .npz")
-    p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
-    add_budget_argument(p)
-    add_image_options_arguments(p)
-    add_media_ids_argument(p)
-    add_client_security_arguments(p)
-    add_video_arguments(p)
-    p.add_argument("images", nargs="*", metavar="SOURCE", help="image file, or http(s)://, data:, file:// URL")
-    p.set_defaults(func=run_remote_preprocess)
-    return p
 
 
 def run_remote_preprocess(args) -> int:
