@@ -64,13 +64,20 @@ def pytest_collection_modifyitems(config, items):
 _compiling: subprocess.Popen | None = None
 
 
-def pytest_sessionstart(session):
-    """With parallel workers, the controller compiles every preset's kernels in a process
-    of its own while the workers run: a test needing a kernel not yet in the cache compiles
-    it, or waits for the process compiling it (``kernels/compile_locks``), and no worker
-    waits for the whole compile. Not when the cache already has kernels."""
+#: A run of at least this many tests compiles every preset's kernels in the background
+#: (fewer, e.g. one file: each test compiles what it needs, and the run waits for nothing more).
+BACKGROUND_COMPILE_MIN_TESTS = 500
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """With parallel workers, on a run of ``BACKGROUND_COMPILE_MIN_TESTS`` tests or more,
+    the controller compiles every preset's kernels in a process of its own while the
+    workers run: a test needing a kernel not yet in the cache compiles it, or waits for
+    the process compiling it (``kernels/compile_locks``), and no worker waits for the
+    whole compile. Not when the cache already has kernels."""
     global _compiling
-    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+    if _compiling is None and len(ids) >= BACKGROUND_COMPILE_MIN_TESTS:
         from sglang_mm_grpc import kernels
 
         if not kernels.cached():

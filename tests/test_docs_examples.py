@@ -6,11 +6,11 @@
 checkout), against a server this test starts on a free port: the address the examples
 use (``127.0.0.1:50061``, the default) is replaced by it. A block fails the test when
 it exits non-zero. Blocks in other languages (text, json, proto, yaml) are not code to
-run. A block may be skipped only by a marker on the line before its fence that names
-what it needs and this machine lacks:
+run. grpcurl is a test dependency: its blocks run with the real one. A block may be
+skipped only by a marker on the line before its fence that names what it needs and this
+machine lacks:
 
     <!-- example: needs network -->      reaches beyond this machine
-    <!-- example: needs grpcurl -->      run when grpcurl is on PATH
     <!-- example: needs docker -->       run when a docker daemon answers
     <!-- example: needs kubernetes -->   a cluster
     <!-- example: covered by tests/FILE -->   e.g. the two commands (fresh clone test),
@@ -34,7 +34,7 @@ from servers import REPO, Proc, free_port, health, wait_serving
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 FENCE = re.compile(r"^```(\w*)\s*$")
-MARKER = re.compile(r"<!--\s*example:\s*(needs (network|grpcurl|docker|kubernetes)|covered by tests/\S+)\s*-->")
+MARKER = re.compile(r"<!--\s*example:\s*(needs (network|docker|kubernetes)|covered by tests/\S+)\s*-->")
 DOCUMENTED = re.compile(r"\b(127\.0\.0\.1|localhost):50061\b")
 PORT = free_port()
 TARGET = f"127.0.0.1:{PORT}"
@@ -64,8 +64,6 @@ def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
 def _skip_reason(marker: str | None) -> str | None:
     if marker is None:
         return None
-    if marker == "needs grpcurl" and shutil.which("grpcurl"):
-        return None  # available here: run it
     if marker == "needs docker" and shutil.which("docker"):
         if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0:
             return None
