@@ -5,7 +5,8 @@ METHOD is ``Preprocess``, ``MultimodalPreprocessor/Preprocess``,
 ``sglang_mm.v1.MultimodalPreprocessor/Preprocess`` or another service's method, e.g.
 ``grpc.health.v1.Health/Check``. The request is JSON in protobuf's mapping (bytes as
 base64), given inline, as ``@file``, or as ``@-`` for standard input; the response is
-printed as JSON. TLS and a bearer token as for ``preprocess --target`` (``--tls-ca``,
+printed as JSON, a bytes value over 64 bytes (a tensor's data) as its size and blake3
+hash (``--full``: whole; ``--out FILE`` writes the whole response to FILE). TLS and a bearer token as for ``preprocess --target`` (``--tls-ca``,
 ``--tls-cert``/``--tls-key``, ``--auth-token-file``/``--auth-token-env``), for the reflection
 calls too.
 """
@@ -19,6 +20,8 @@ import sys
 from .remote import add_client_security_arguments, add_target_arguments, client_security, plain
 
 DEFAULT_SERVICE = "sglang_mm.v1.MultimodalPreprocessor"
+#: Bytes values longer than this are printed as their size and hash (``--full``: whole).
+SHOWN_BYTES = 64
 #: How deeply a request's JSON may nest (objects and arrays): twice protobuf's own limit
 #: of 100 nested messages (json_format), so every message it parses fits, a repeated
 #: field at each level included; deeper text is refused before json.loads recurses.
@@ -36,6 +39,10 @@ def add_call_parser(subparsers) -> None:
     p.add_argument("request", nargs="?", default="{}", metavar="JSON|@FILE",
                    help="the request as JSON, @file or @- for stdin (default: {})")
     add_target_arguments(p, timeout=60.0, local=False)
+    p.add_argument("--full", action="store_true",
+                   help=f"print bytes fields whole (base64); by default one over {SHOWN_BYTES} bytes (a tensor's data) "
+                   "is shown as its size and blake3 hash")
+    p.add_argument("--out", metavar="FILE", help="also write the whole response (bytes in base64) to FILE as JSON")
     add_client_security_arguments(p)
     p.set_defaults(func=run_call)
 
@@ -91,8 +98,60 @@ def run_call(args) -> int:
         except grpc.RpcError as e:
             print(f"error: {_status(e, security)}", file=sys.stderr)
             return 1
-    print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(json_format.MessageToJson(response, preserving_proto_field_name=True) + "\n")
+        except OSError as e:
+            print(f"error: cannot write {args.out}: {e.strerror}", file=sys.stderr)
+            return 2
+    shown = json_format.MessageToDict(response, preserving_proto_field_name=True)
+    if not args.full:
+        abbreviate(response, shown)
+    print(json.dumps(shown, indent=2))
     return 0
+
+
+def abbreviate(message, shown: dict) -> None:
+    """Replace in ``shown`` (``message`` as ``MessageToDict`` gives it) each bytes value over
+    ``SHOWN_BYTES`` by ``<N bytes, blake3 H>``: a tensor's shape and dtype stay beside it,
+    its megabytes of base64 do not reach the terminal."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    def short(value: bytes, as_json):
+        if len(value) <= SHOWN_BYTES:
+            return as_json
+        from blake3 import blake3
+
+        return f"<{len(value)} bytes, blake3 {blake3(value).hexdigest()[:16]}>"
+
+    for field, value in message.ListFields():
+        if field.is_extension or field.name not in shown:
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            inner = field.message_type.fields_by_name["value"]
+            for key in value:
+                k = str(key).lower() if isinstance(key, bool) else str(key)
+                if inner.type == F.TYPE_BYTES:
+                    shown[field.name][k] = short(value[key], shown[field.name][k])
+                elif inner.type == F.TYPE_MESSAGE and not _well_known(inner.message_type):
+                    abbreviate(value[key], shown[field.name][k])
+        elif field.type == F.TYPE_BYTES:
+            if field.is_repeated:
+                shown[field.name] = [short(v, j) for v, j in zip(value, shown[field.name])]
+            else:
+                shown[field.name] = short(value, shown[field.name])
+        elif field.type == F.TYPE_MESSAGE and not _well_known(field.message_type):
+            if field.is_repeated:
+                for v, j in zip(value, shown[field.name]):
+                    abbreviate(v, j)
+            else:
+                abbreviate(value, shown[field.name])
+
+
+def _well_known(descriptor) -> bool:
+    """Types (Struct, Any, Timestamp, ...) whose JSON is not a field-by-field object."""
+    return descriptor.full_name.startswith("google.protobuf.")
 
 
 class _TooDeep(ValueError):

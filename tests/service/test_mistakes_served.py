@@ -3,6 +3,7 @@ to do, with the right code (in-process ones: tests/core/test_mistakes.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 
 import grpc
 import pytest
+from blake3 import blake3
 
 import imagegen
 from servers import REPO, Server, run_cli
@@ -61,12 +63,19 @@ def test_call_through_reflection(server, tmp_path):
     request = tmp_path / "req.json"
     request.write_text(json.dumps({
         "model": QWEN2, "input_ids": [151652, 151655, 151653],
-        "images": [{"data": __import__("base64").b64encode(PNG).decode()}], "backend": "BACKEND_VLLM"}))
-    r = run_cli("call", "Preprocess", f"@{request}", "--target", server)
+        "images": [{"data": base64.b64encode(PNG).decode()}], "backend": "BACKEND_VLLM"}))
+    r = run_cli("call", "Preprocess", f"@{request}", "--target", server, "--out", str(tmp_path / "whole.json"))
     assert r.returncode == 0, r.stderr
     resp = json.loads(r.stdout)
     assert resp["input_ids"] == [151652] + [151655] * 4 + [151653]
-    assert resp["payload"]["vllm"]["pixel_values"]["shape"] == [16, 1176]
+    shown = resp["payload"]["vllm"]["pixel_values"]
+    assert shown["shape"] == [16, 1176]
+    whole = json.loads((tmp_path / "whole.json").read_text())["payload"]["vllm"]["pixel_values"]
+    data = base64.b64decode(whole["inline"])
+    assert len(data) == 16 * 1176 * 4
+    assert shown["inline"] == f"<{len(data)} bytes, blake3 {blake3(data).hexdigest()[:16]}>"
+    r = run_cli("call", "Preprocess", f"@{request}", "--target", server, "--full")
+    assert json.loads(r.stdout)["payload"]["vllm"]["pixel_values"]["inline"] == whole["inline"]
     r = run_cli("call", "grpc.health.v1.Health/Check", "--target", server)
     assert r.returncode == 0 and json.loads(r.stdout) == {"status": "SERVING"}
     r = run_cli("call", "Preprocesss", "--target", server)
