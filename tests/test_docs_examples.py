@@ -1,7 +1,9 @@
 """Every code block in README.md and docs/*.md runs as written.
 
-``bash`` and ``python`` blocks run in order, per document, in one scratch directory
-(README first: it makes the sample image the others use), with the project's
+``bash`` and ``python`` blocks run in order, per document, as in one shell session from
+a checkout (README first: it makes the sample image the others use; a block's
+``mkdir -p DIR && cd DIR`` line, the README's into ``scratch/``, holds for the blocks
+after it, and every file the examples leave must be in there), with the project's
 ``sglang-mm-grpc``, ``python`` and ``python3`` first on PATH (and ``.venv`` there, as in a
 checkout), against a server this test starts on a free port: the address the examples
 use (``127.0.0.1:50061``, the default) is replaced by it. A block fails the test when
@@ -93,6 +95,10 @@ def _env(work: Path) -> dict:
 
 
 CASES = [(doc, block) for doc in DOCS for block in code_blocks(doc) if block[1] in RUNNABLE]
+#: A line entering the directory the examples work in (for the blocks after it).
+ENTER = re.compile(r"^mkdir -p (\S+) && cd \1\s*$", re.M)
+#: Where the blocks run: the checkout's stand-in, then the directory a block entered.
+_cwd: dict[str, Path] = {}
 
 
 @pytest.mark.parametrize("doc, block", CASES,
@@ -105,8 +111,14 @@ def test_example_runs_as_written(workdir, doc, block):
     assert health(TARGET) == "SERVING"
     code = DOCUMENTED.sub(lambda m: f"{m.group(1)}:{PORT}", code)
     argv = ["bash", "-euo", "pipefail", "-c", code] if RUNNABLE[lang] == "bash" else [sys.executable, "-c", code]
-    r = subprocess.run(argv, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=600)
+    cwd = _cwd.get("now", workdir)
+    r = subprocess.run(argv, cwd=cwd, env=_env(workdir), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{doc.relative_to(REPO)}:{line} exited {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    entered = ENTER.findall(code) if RUNNABLE[lang] == "bash" else []
+    if entered:
+        _cwd["now"] = cwd / entered[-1]
+    left = sorted(p.name for p in workdir.iterdir() if p.name not in (".venv", "server.log") and p != _cwd.get("now"))
+    assert not left, f"{doc.relative_to(REPO)}:{line} left {left} outside the examples' directory"
 
 
 def test_every_skip_marker_names_something_this_suite_knows():
