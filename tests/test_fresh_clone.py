@@ -30,6 +30,7 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert " passed" in tested.stdout.splitlines()[-1]
+    assert "installing sglang-mm-grpc[test,video]" in tested.stderr and "Editable installation" not in tested.stderr
     assert (clone / ".venv" / "bin" / "sglang-mm-grpc").exists()
 
     port = free_port()
