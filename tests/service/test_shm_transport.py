@@ -123,9 +123,9 @@ def test_killed_server_segments_removed_at_next_start(tmp_path):
     try:
         with Client(first.target) as c:
             names = {shm_of(c.preprocess(QWEN2, RAWS, backend="vllm", options=SHM).payload) for _ in range(2)}
-        first.signal(signal.SIGKILL)
-        first.wait(10)
         assert names <= set(files(owner))  # outstanding: nobody read them, nobody removed them
+        first.signal(signal.SIGKILL)  # (from now on any server starting may sweep them as a dead owner's)
+        first.wait(10)
         second = Server(tmp_path, "--shm-owner-id", owner, models=[QWEN2], name="second")
         try:
             assert not names & set(files(owner))
