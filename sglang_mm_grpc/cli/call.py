@@ -98,6 +98,13 @@ def run_call(args) -> int:
         except grpc.RpcError as e:
             print(f"error: {_status(e, security)}", file=sys.stderr)
             return 1
+    return _print_response(response, args)
+
+
+def _print_response(response, args) -> int:
+    """Print ``response`` (abbreviated unless ``--full``), and write it whole to ``--out``."""
+    from google.protobuf import json_format
+
     if args.out:
         try:
             with open(args.out, "w", encoding="utf-8") as f:
@@ -121,9 +128,9 @@ def abbreviate(message, shown: dict) -> None:
     def short(value: bytes, as_json):
         if len(value) <= SHOWN_BYTES:
             return as_json
-        from blake3 import blake3
+        from ..core.hashing import content_hash
 
-        return f"<{len(value)} bytes, blake3 {blake3(value).hexdigest()[:16]}>"
+        return f"<{len(value)} bytes, blake3 {content_hash(value)[:16]}>"
 
     for field, value in message.ListFields():
         if field.is_extension or field.name not in shown:
