@@ -31,10 +31,9 @@ fi
 if [ "$installed" -eq 0 ]; then
   echo "installing sglang-mm-grpc${extra:+[$extra]} into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  # Without setuptools' generic "Editable installation" banner, printed on every editable
-  # install; --no-compile: modules are byte-compiled as they are first imported, not all
-  # of every dependency here (the install takes half the time).
-  PYTHONWARNINGS="ignore:Editable installation" "$venv/bin/python" -m pip install -q --no-compile \
-    -e "$root${extra:+[$extra]}" >&2
+  # (without setuptools' generic "Editable installation" banner, printed on every editable
+  # install; byte-compiled here, as where PYTHONDONTWRITEBYTECODE is set nothing would
+  # compile later and every process would compile what it imports again)
+  PYTHONWARNINGS="ignore:Editable installation" "$venv/bin/python" -m pip install -q -e "$root${extra:+[$extra]}" >&2
   echo "$hash${extra:+[$extra]}" > "$stamp"
 fi
