@@ -37,3 +37,7 @@ if [ "$installed" -eq 0 ]; then
   PYTHONWARNINGS="ignore:Editable installation" "$venv/bin/python" -m pip install -q -e "$root${extra:+[$extra]}" >&2
   echo "$hash${extra:+[$extra]}" > "$stamp"
 fi
+# The package's own bytecode, kept fresh (quick when it is): where PYTHONDONTWRITEBYTECODE
+# is set, an import writes none, and every process (a test run starts hundreds) would
+# compile the package from source again.
+"$venv/bin/python" -m compileall -q "$root/sglang_mm_grpc" "$root/kernels" >/dev/null
