@@ -6,9 +6,9 @@ METHOD is ``Preprocess``, ``MultimodalPreprocessor/Preprocess``,
 ``grpc.health.v1.Health/Check``. The request is JSON in protobuf's mapping (bytes as
 base64), given inline, as ``@file``, or as ``@-`` for standard input; the response is
 printed as JSON, a bytes value over 64 bytes (a tensor's data) as its size and blake3
-hash (``--full``: whole; ``--out FILE`` writes the whole response to FILE). TLS and a bearer token as for ``preprocess --target`` (``--tls-ca``,
-``--tls-cert``/``--tls-key``, ``--auth-token-file``/``--auth-token-env``), for the reflection
-calls too.
+hash (``--full``: whole; ``--out FILE`` writes the whole response to FILE). TLS and a
+bearer token as for ``preprocess --target`` (``--tls-ca``, ``--tls-cert``/``--tls-key``,
+``--auth-token-file``/``--auth-token-env``), for the reflection calls too.
 """
 
 from __future__ import annotations
@@ -125,11 +125,11 @@ def abbreviate(message, shown: dict) -> None:
     its megabytes of base64 do not reach the terminal."""
     from google.protobuf.descriptor import FieldDescriptor as F
 
+    from ..core.hashing import content_hash
+
     def short(value: bytes, as_json):
         if len(value) <= SHOWN_BYTES:
             return as_json
-        from ..core.hashing import content_hash
-
         return f"<{len(value)} bytes, blake3 {content_hash(value)[:16]}>"
 
     for field, value in message.ListFields():
