@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels.pixels import pack_rgb
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,8 @@ class DecodedImage:
         if self.alpha:
             raise ValueError("an RGBA image has no RGB form until its transparency is flattened")
         if self.pixels.shape[2] == 4:
+            from ..kernels.pixels import pack_rgb  # here: the carriers load without the kernels (a client needs none)
+
             object.__setattr__(self, "pixels", pack_rgb(self.pixels))
         return self.pixels
 

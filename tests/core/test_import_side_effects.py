@@ -83,3 +83,16 @@ def test_the_server_asks_for_amx_tiles_where_the_cpu_has_them():
         return
     assert not got["before"]["amx_permission"] & xtiledata
     assert got["amx"] is True
+
+
+def test_the_client_and_the_cli_load_no_kernels():
+    """A router importing the client, and the CLI's remote commands, start without numba
+    (the package's names load on first use)."""
+    code = ("import sys; import sglang_mm_grpc, sglang_mm_grpc.client; from sglang_mm_grpc.cli import commands; "
+            "commands.build_parser(); from sglang_mm_grpc import Code, ImageOptions; "
+            "print(sorted(m for m in ('numba', 'sglang_mm_grpc.kernels', 'sglang_mm_grpc.pipeline') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+    code = "import sglang_mm_grpc; print(sglang_mm_grpc.Preprocessor.__module__); sglang_mm_grpc.Nothing"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.stdout.strip() == "sglang_mm_grpc.pipeline.driver" and "has no attribute 'Nothing'" in r.stderr

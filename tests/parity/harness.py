@@ -42,13 +42,14 @@ class Pairs:
     family's ``references.<family>.processor``).
     ``fixture()`` is the suite's module-scoped ``pair`` fixture, parametrized by preset
     when there are several. ``options`` go to ``Preprocessor.from_model`` (e.g. a token
-    budget that lets the largest test photos through).
+    budget that lets the largest test photos through); no result cache unless they ask
+    (``TEST_CACHE``).
     """
 
     def __init__(self, presets, reference, **options):
         self.presets = [presets] if isinstance(presets, str) else list(presets)
         self._reference = reference
-        self._options = options
+        self._options = {**TEST_CACHE, **options}
         self._built: dict = {}
 
     def __call__(self, preset: str | None = None):
@@ -70,10 +71,15 @@ class Pairs:
         return pair
 
 
+#: The suites' long-lived preprocessors keep no results: a photo's output (hundreds of MB
+#: at the largest sizes) would otherwise stay in each one's cache for the whole run.
+TEST_CACHE = {"cache_bytes": 0}
+
+
 @functools.lru_cache(maxsize=None)
 def preset(model: str, **kwargs) -> Preprocessor:
-    """``Preprocessor.from_model(model, **kwargs)``, built once."""
-    return Preprocessor.from_model(model, **kwargs)
+    """``Preprocessor.from_model(model, **kwargs)``, built once (no result cache unless asked)."""
+    return Preprocessor.from_model(model, **{**TEST_CACHE, **kwargs})
 
 
 # -- committed fixtures ---------------------------------------------------------------------

@@ -28,7 +28,7 @@ from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families.inkling import inkling  # noqa: E402
 
 INKLING = "thinkingmachines/Inkling"
-BIG = {"max_image_tokens": 1 << 20}  # the 8000x6000 photos (30150 patches) are over the default budget
+BIG = {"max_image_tokens": 1 << 20, **harness.TEST_CACHE}  # the 8000x6000 photos (30150 patches) are over the default budget
 IMAGE, BOS = hf_inkling.TOKENS["<|unused_200054|>"], hf_inkling.TOKENS["<|content_image|>"]
 
 PAIRS = harness.Pairs([INKLING, "thinkingmachines/Inkling-NVFP4"], hf_inkling.processor, **BIG)

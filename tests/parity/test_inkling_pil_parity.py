@@ -35,7 +35,7 @@ from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.inkling.inkling import rescaled_size
 
 INKLING = "thinkingmachines/Inkling"
-BIG = {"max_image_tokens": 1 << 20}
+BIG = {"max_image_tokens": 1 << 20, **harness.TEST_CACHE}
 
 
 def reference(raw: bytes, pre: dict) -> np.ndarray:
