@@ -32,9 +32,12 @@ if [ "$installed" -eq 0 ]; then
   echo "installing sglang-mm-grpc${extra:+[$extra]} into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   # (without setuptools' generic "Editable installation" banner, printed on every editable
-  # install; byte-compiled here, as where PYTHONDONTWRITEBYTECODE is set nothing would
-  # compile later and every process would compile what it imports again)
-  PYTHONWARNINGS="ignore:Editable installation" "$venv/bin/python" -m pip install -q -e "$root${extra:+[$extra]}" >&2
+  # install). Byte-compiled after, on every core (pip compiles one file at a time): where
+  # PYTHONDONTWRITEBYTECODE is set nothing would compile later, and every process would
+  # compile what it imports again. A file no Python can compile (some packages ship a few)
+  # is left as pip leaves it.
+  PYTHONWARNINGS="ignore:Editable installation" "$venv/bin/python" -m pip install -q --no-compile -e "$root${extra:+[$extra]}" >&2
+  "$venv/bin/python" -m compileall -q -j 0 "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
   echo "$hash${extra:+[$extra]}" > "$stamp"
 fi
 # The package's own bytecode, kept fresh (quick when it is): where PYTHONDONTWRITEBYTECODE

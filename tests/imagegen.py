@@ -7,6 +7,7 @@ expected values always come from running the reference on the same bytes.
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -32,10 +33,17 @@ def encode(im: Image.Image, fmt: str, **save) -> bytes:
     return b.getvalue()
 
 
+#: The last images made, kept: a suite parametrized by preset asks for the same (large,
+#: seconds to make) images once per preset.
+_RECENT = 32
+
+
+@functools.lru_cache(maxsize=_RECENT)
 def png(h: int, w: int, seed: int = 0, kind: str = "noise") -> bytes:
     return encode(Image.fromarray(pixels(h, w, seed, kind)), "PNG", compress_level=1)
 
 
+@functools.lru_cache(maxsize=_RECENT)
 def jpeg(h: int, w: int, seed: int = 0, kind: str = "smooth", **save) -> bytes:
     save.setdefault("quality", 90)
     return encode(Image.fromarray(pixels(h, w, seed, kind)), "JPEG", **save)

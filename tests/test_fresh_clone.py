@@ -1,7 +1,7 @@
 """The README's two commands, on a fresh clone, as a newcomer runs them.
 
 ``./scripts/test`` makes the clone's own ``.venv`` and runs pytest in it (here on one
-small test file: the whole suite is what CI itself runs through the same command);
+small test file, in one process: the whole suite is what CI itself runs through the same command);
 ``./scripts/serve`` then reuses that venv, reports SERVING with every built-in preset,
 and exits 0 on SIGTERM. The clone is of what is committed.
 
@@ -26,7 +26,8 @@ def test_the_two_commands_on_a_fresh_clone(tmp_path):
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "NUMBA_CACHE_DIR")}
 
-    tested = subprocess.run([str(clone / "scripts" / "test"), "-q", "-p", "no:cacheprovider", "tests/test_layering.py"],
+    tested = subprocess.run([str(clone / "scripts" / "test"), "-q", "-p", "no:cacheprovider", "-n", "0",
+                             "tests/test_layering.py"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert " passed" in tested.stdout.splitlines()[-1]
