@@ -14,7 +14,7 @@ from .call import add_call_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, add_target_arguments, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
 from .remote import UnreadableFile, add_video_arguments, image_options_of, name_items, options_text, plain
-from .remote import print_videos, read_files, video_options_of
+from .remote import UsageError, print_videos, read_files, video_options_of
 
 
 def _load_local(args):
@@ -174,34 +174,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _preprocess(args) -> int:
     if not args.images and not args.videos:
-        raise SystemExit("give at least one IMAGE or --video")
+        raise UsageError("give at least one IMAGE or --video")
     if args.target:
         if args.processor:
-            raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
+            raise UsageError("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
         from .remote import run_remote_preprocess
 
         return run_remote_preprocess(args)
     if args.backend:
-        raise SystemExit("--backend needs --target (a running server assembles backend payloads)")
+        raise UsageError("--backend needs --target (a running server assembles backend payloads)")
     if args.pixel_dtype not in (None, "uint8"):
-        raise SystemExit("--pixel-dtype float32/bfloat16/float16 needs --target and --backend (a payload's wire dtype); "
+        raise UsageError("--pixel-dtype float32/bfloat16/float16 needs --target and --backend (a payload's wire dtype); "
                          "locally only uint8 (raw pixels) changes the output")
     if args.media_ids:
-        raise SystemExit("--media-ids needs --target (a server keeps the bytes the ids name)")
+        raise UsageError("--media-ids needs --target (a server keeps the bytes the ids name)")
     return _preprocess_local(args)
 
 
 def _plan(args) -> int:
     if not args.images and not args.videos:
-        raise SystemExit("give at least one IMAGE or --video")
+        raise UsageError("give at least one IMAGE or --video")
     if args.target:
         if args.processor:
-            raise SystemExit("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
+            raise UsageError("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
         from .remote import run_remote_plan
 
         return run_remote_plan(args)
     if args.media_ids:
-        raise SystemExit("--media-ids needs --target (a server keeps the bytes the ids name)")
+        raise UsageError("--media-ids needs --target (a server keeps the bytes the ids name)")
     return _plan_local(args)
 
 
@@ -209,6 +209,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -437,6 +437,11 @@ def video_options_of(args):
     return None if options == VideoOptions() else options
 
 
+class UsageError(Exception):
+    """Options that cannot go together, or a value no option takes: the command exits 2,
+    as for argparse's own mistakes (README, "Exit codes")."""
+
+
 class UnreadableFile(Exception):
     """A file named on the command line that cannot be read (the message names it)."""
 
@@ -712,4 +717,4 @@ def parse_ids(value):
     try:
         return [int(t) for t in str(value).replace(" ", "").split(",") if t]
     except ValueError:
-        raise SystemExit(f"--input-ids must be comma-separated integers, got {value!r}") from None
+        raise UsageError(f"--input-ids must be comma-separated integers, got {value!r}") from None

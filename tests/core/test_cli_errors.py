@@ -36,3 +36,25 @@ def test_an_unknown_model_exits_1_as_through_a_server(tmp_path, capsys):
     image.write_bytes(imagegen.png(28, 28, seed=1))
     assert main(["plan", "--model", "no/such-model", str(image)]) == 1
     assert "error: NOT_FOUND: unknown model 'no/such-model'" in capsys.readouterr().err
+
+
+def test_exit_codes_follow_the_readme_table(tmp_path, capsys):
+    """README "Exit codes": 0 done, 1 the work failed, 2 the command cannot run as given."""
+    image = tmp_path / "a.png"
+    image.write_bytes(imagegen.png(28, 28, seed=1))
+    assert main(["plan", "--model", QWEN2, str(image)]) == 0
+    assert main(["plan", "--model", QWEN2, str(tmp_path / "nosuch.png")]) == 1
+    mistakes = [
+        ["preprocess", "--model", QWEN2, "--backend", "vllm", str(image)],  # a payload needs a server
+        ["preprocess", "--model", QWEN2, "--media-ids", str(image)],
+        ["plan", "--model", QWEN2],  # nothing to plan
+        ["plan", "--model", QWEN2, "--input-ids", "1,x", str(image)],
+        ["call", "ListModels", "{not json", "--target", "127.0.0.1:1"],
+    ]
+    for argv in mistakes:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        assert capsys.readouterr().err.startswith("error: "), argv
+    with pytest.raises(SystemExit) as e:  # argparse's own
+        main(["plan", "--no-such-option", str(image)])
+    assert e.value.code == 2
