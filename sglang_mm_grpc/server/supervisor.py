@@ -65,9 +65,9 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[p{index}]: %(message)s"
 
 
 def default_processes() -> int:
-    """``serve --processes`` when not given: 1. Measured on 2 cores (README, "Several
-    processes"): 2 processes served 8 clients' Preprocess flows 1.3-1.5x as fast as one,
-    but each process holds its own models, cache and handle store, and a two-phase flow
+    """``serve --processes`` when not given: 1. Measured on 2 cores (docs/PERFORMANCE.md,
+    "Several processes"): 2 processes served 8 clients' Preprocess flows 1.3-1.5x as fast
+    as one, but each process holds its own models, cache and handle store, and a two-phase flow
     may cost a forward between them; so more processes are a choice, sized with
     ``--processes`` (Kubernetes: one per core the pod gets, see deploy/kubernetes)."""
     return 1
