@@ -17,6 +17,10 @@ machine lacks:
     <!-- example: needs kubernetes -->   a cluster
     <!-- example: covered by tests/FILE -->   e.g. the two commands (fresh clone test),
                                               which would start this very test suite
+
+A ``text`` block right after a runnable one, marked ``<!-- output -->`` on the line before
+its fence, is what that block prints: each of its lines must appear in the block's
+output, in that order, with the timings (``12.3 ms``) masked.
 """
 
 from __future__ import annotations
@@ -37,13 +41,17 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"<!--\s*example:\s*(needs (network|docker|kubernetes)|covered by tests/\S+)\s*-->")
+OUTPUT = re.compile(r"<!--\s*output\s*-->")
+#: The parts of a shown output that differ from run to run.
+VARIES = re.compile(r"\b\d+(\.\d+)? ms\b")
 DOCUMENTED = re.compile(r"\b(127\.0\.0\.1|localhost):50061\b")
 PORT = free_port()
 TARGET = f"127.0.0.1:{PORT}"
 
 
 def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
-    """(line, language, code, skip marker or None) of every fenced block in ``path``."""
+    """(line, language, code, marker or None) of every fenced block in ``path``; the marker
+    is a skip reason, or ``output`` for a shown output."""
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks, i = [], 0
     while i < len(lines):
@@ -58,7 +66,8 @@ def code_blocks(path: Path) -> list[tuple[int, str, str, str | None]]:
             i += 1
         previous = next((lines[j] for j in range(start - 2, -1, -1) if lines[j].strip()), "")
         marker = MARKER.search(previous)
-        blocks.append((start, lang, "\n".join(body) + "\n", marker.group(1) if marker else None))
+        blocks.append((start, lang, "\n".join(body) + "\n",
+                       marker.group(1) if marker else "output" if OUTPUT.search(previous) else None))
         i += 1
     return blocks
 
@@ -94,16 +103,31 @@ def _env(work: Path) -> dict:
     return env
 
 
-CASES = [(doc, block) for doc in DOCS for block in code_blocks(doc) if block[1] in RUNNABLE]
+def runnable_blocks(path: Path) -> list[tuple[tuple[int, str, str, str | None], str | None]]:
+    """Each runnable block of ``path`` with the output shown after it (None if none)."""
+    blocks = code_blocks(path)
+    return [(b, after[2] if after and after[1] == "text" and after[3] == "output" else None)
+            for b, after in zip(blocks, [*blocks[1:], None]) if b[1] in RUNNABLE]
+
+
+def assert_shown(shown: str, printed: str, where: str) -> None:
+    """Each line of ``shown`` is a line of ``printed``, in order, timings masked."""
+    lines = iter(VARIES.sub("N ms", line).rstrip() for line in printed.splitlines())
+    for want in shown.strip("\n").splitlines():
+        want = VARIES.sub("N ms", want).rstrip()
+        assert any(line == want for line in lines), f"{where}: shown output not printed: {want!r}\n{printed[-2000:]}"
+
+
+CASES = [(doc, block, shown) for doc in DOCS for block, shown in runnable_blocks(doc)]
 #: A line entering the directory the examples work in (for the blocks after it).
 ENTER = re.compile(r"^mkdir -p (\S+) && cd \1\s*$", re.M)
 #: Where the blocks run: the checkout's stand-in, then the directory a block entered.
 _cwd: dict[str, Path] = {}
 
 
-@pytest.mark.parametrize("doc, block", CASES,
-                         ids=[f"{d.relative_to(REPO)}:{b[0]}" for d, b in CASES])
-def test_example_runs_as_written(workdir, doc, block):
+@pytest.mark.parametrize("doc, block, shown", CASES,
+                         ids=[f"{d.relative_to(REPO)}:{b[0]}" for d, b, _ in CASES])
+def test_example_runs_as_written(workdir, doc, block, shown):
     line, lang, code, marker = block
     reason = _skip_reason(marker)
     if reason:
@@ -114,6 +138,8 @@ def test_example_runs_as_written(workdir, doc, block):
     cwd = _cwd.get("now", workdir)
     r = subprocess.run(argv, cwd=cwd, env=_env(workdir), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{doc.relative_to(REPO)}:{line} exited {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    if shown is not None:
+        assert_shown(shown, r.stdout, f"{doc.relative_to(REPO)}:{line}")
     entered = ENTER.findall(code) if RUNNABLE[lang] == "bash" else []
     if entered:
         _cwd["now"] = cwd / entered[-1]
@@ -130,5 +156,21 @@ def test_every_skip_marker_names_something_this_suite_knows():
 
 def test_examples_are_found():
     """The extraction itself: the README's Python and shell examples are among the cases."""
-    langs = {b[1] for d, b in CASES if d.name == "README.md"}
+    langs = {b[1] for d, b, _ in CASES if d.name == "README.md"}
     assert {"bash", "python"} <= langs
+
+
+def test_shown_outputs_are_checked():
+    """Every ``<!-- output -->`` block follows a runnable one; the check itself passes a
+    shown output with other timings and fails a changed value or a changed order."""
+    for doc in DOCS:
+        blocks = code_blocks(doc)
+        for before, block in zip([None, *blocks], blocks):
+            if block[3] == "output":
+                assert block[1] == "text" and before and before[1] in RUNNABLE, f"{doc.name}:{block[0]}"
+    assert sum(shown is not None for _, _, shown in CASES) >= 2
+    printed = "a\n[0] x: 391 tokens, decode 2.1 ms, process 1.9 ms\nb\n"
+    assert_shown("[0] x: 391 tokens, decode 10.6 ms, process 24.5 ms\nb\n", printed, "here")
+    for wrong in ("[0] x: 392 tokens, decode 2.1 ms, process 1.9 ms", "b\na"):
+        with pytest.raises(AssertionError):
+            assert_shown(wrong, printed, "here")

@@ -32,6 +32,7 @@ class Log:
         self.requests: list[tuple[str, dict]] = []
         self.closed: list[str] = []
         self.closed_event = threading.Event()
+        self.holding = threading.Event()  # a /hold response has started
         self.active = 0
         self.max_active = 0
         self.sni: list[str | None] = []
@@ -58,6 +59,7 @@ class Log:
             self.requests.clear()
             self.closed.clear()
             self.closed_event.clear()
+            self.holding.clear()
             self.max_active = self.active
             self.sni.clear()
 
@@ -89,7 +91,8 @@ class OriginHandler(BaseHTTPRequestHandler):
     /redirect?to=U&code=C
     /loop               redirects to itself
     /chain/N            N redirects, then 10 bytes
-    /status/C           that status with a short body
+    /status/C           that status with a short body (``?after=hold``: once a /hold
+                        response has started, so that one is open when this fails)
     /empty              200 with an empty body
     /echo-host          the Host header as the body
     """
@@ -155,6 +158,7 @@ class OriginHandler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(payload(10))
                 self.wfile.flush()
+                self.log.holding.set()
                 if self._wait_for_close():
                     with self.log.lock:
                         self.log.closed.append(path)
@@ -206,6 +210,8 @@ class OriginHandler(BaseHTTPRequestHandler):
                 else:
                     self._send(301, b"", {"Location": f"/chain/{n - 1}"})
             elif path.startswith("/status/"):
+                if query.get("after") == ["hold"]:
+                    self.log.holding.wait(10)
                 self._send(int(path.split("/")[2]), b"nope")
             elif path == "/empty":
                 self._send(200, b"")

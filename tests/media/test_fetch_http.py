@@ -217,7 +217,7 @@ def test_first_failure_cancels_the_rest(origin):
     async def go():
         async with make_fetcher(policy(fetch_timeout_s=10)) as fetcher:
             with pytest.raises(PreprocessError) as info:
-                await fetcher.fetch_all([origin.url("/hold"), origin.url("/status/500")])
+                await fetcher.fetch_all([origin.url("/hold"), origin.url("/status/500?after=hold")])
             return info.value, fetcher.stats
 
     t0 = time.monotonic()
