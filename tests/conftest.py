@@ -1,6 +1,7 @@
 """The whole run: once every server the tests started has stopped, none of them may have
-left a segment in /dev/shm (each removes its own at shutdown, the ones a killed server
-left are removed by its successor, and readers remove what they read).
+left a segment or a liveness record in /dev/shm (each removes its own at shutdown, the
+ones a killed server left are removed by the next start, and readers remove what they
+read).
 
 One compiled-kernel cache for the whole run: ``$NUMBA_CACHE_DIR`` (default: the
 checkout's ``kernels/__pycache__``, where the in-process kernels cache anyway) is set
@@ -109,5 +110,5 @@ def pytest_sessionfinish(session, exitstatus):
     left = servers.leftover_segments(servers.SHM_OWNERS | _WORKERS_OWNERS)
     if left:
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            f"{len(left)} shared-memory segments left in /dev/shm by the servers of this run: {left[:5]}", red=True)
+            f"{len(left)} shared-memory files left in /dev/shm by the servers of this run: {left[:5]}", red=True)
         session.exitstatus = 1

@@ -143,13 +143,14 @@ def shm_owners(args, port: int) -> set[str]:
 
 
 def leftover_segments(owners=None) -> list[str]:
-    """Files in /dev/shm named by one of ``owners`` (default: every server started here)."""
+    """Files in /dev/shm named by one of ``owners`` (default: every server started here):
+    segments and liveness records."""
     owners = SHM_OWNERS if owners is None else owners
     try:
         names = os.listdir("/dev/shm")
     except OSError:
         return []
-    return sorted(n for n in names if n.startswith("sglang-mm.") and n.split(".")[1] in owners)
+    return sorted(n for n in names if n.startswith(("sglang-mm.", "sglang-mm-live.")) and n.split(".")[1] in owners)
 
 
 class Server(Proc):

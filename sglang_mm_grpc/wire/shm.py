@@ -184,13 +184,17 @@ def read_record(fd: int) -> dict | None:
 def abandoned(fd: int) -> dict | None:
     """The record in ``fd`` (open on a record file) when its instance is gone: its lock
     could be taken (and is now held through ``fd``) and the process it names does not
-    run (without flock: the process does not run, as far as can be told). None otherwise
-    (and the lock is not kept): the instance lives, or the record is being written (a
-    creator writes only under its lock)."""
+    run (without flock: the process does not run, as far as can be told); ``{}`` when it
+    was never written and is older than ``RECORD_WAIT_S`` (its creator died between
+    creating it and taking the lock it writes under). None otherwise (and the lock is not
+    kept): the instance lives, or the record is being written (a creator writes only
+    under its lock, and makes its file again if it was removed before it got the lock)."""
     taken = lock(fd)
     if taken is False:
         return None
     record = read_record(fd)
+    if record is None and taken and time.time() - os.fstat(fd).st_mtime > RECORD_WAIT_S:
+        return {}
     lives = process_lives(record) if record is not None else True
     if lives or (taken is None and lives is None):
         if taken:
@@ -413,7 +417,7 @@ class ShmArena:
             if not _own_regular_file(os.fstat(fd)):
                 return 0
             record = abandoned(fd)
-            if record is None or record.get("owner_id") != owner or not same_file(fd, path):
+            if record is None or record.get("owner_id", owner) != owner or not same_file(fd, path):
                 return 0
             n = self._remove_files(f"{NAME_PREFIX}{owner}.")
             _unlink(path)

@@ -17,7 +17,7 @@ for _p in (str(TESTS), str(TESTS / "service")):
         sys.path.insert(0, _p)
 
 from servers import (BACKENDS, Server, free_port, leftover_segments, run_cli, shm_owners, start_stubs,  # noqa: E402, F401
-                     wait_until)
+                     wait_serving, wait_until)
 
 QWEN2 = "Qwen/Qwen2-VL-7B-Instruct"
 QWEN3 = "Qwen/Qwen3-VL-8B-Instruct"

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -199,6 +200,24 @@ def test_a_reused_pid_is_not_the_owner(shm_dir):
     os.close(fd)
     b = arena("b", shm_dir)
     assert b.remove_previous() == 2 and files(owner, shm_dir) == [] and not os.path.exists(path)
+    b.close()
+
+
+def test_a_record_never_written_goes_once_old(shm_dir):
+    """A process killed between creating its record and writing it leaves an empty file
+    whose lock is free: a fresh one may be a creator about to lock it and is left, one
+    older than ``RECORD_WAIT_S`` goes with its owner's segments."""
+    owner = "unwritten"
+    open(os.path.join(shm_dir, f"sglang-mm.{owner}.{secrets.token_hex(16)}"), "wb").close()
+    path = record(owner, shm_dir)
+    open(path, "wb").close()
+    b = arena("b", shm_dir)
+    assert b.remove_previous() == 0 and os.path.exists(path)
+    b.close()
+    old = time.time() - shm.RECORD_WAIT_S - 1
+    os.utime(path, (old, old))
+    b = arena("b", shm_dir)
+    assert b.remove_previous() == 1 and files(owner, shm_dir) == [] and not os.path.exists(path)
     b.close()
 
 

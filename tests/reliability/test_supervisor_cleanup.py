@@ -89,6 +89,8 @@ def test_directory_of_a_replica_killed_whole_goes_at_the_next_start(tmp_path):
                              name="following", wait=False)
     try:
         assert procs.wait_until(lambda: not os.path.lexists(directory), 60, 0.1), following.log_text()[-2000:]
+        procs.wait_serving(following.target, following)  # its processes' starts took the killed ones' records
+        assert not set(procs.leftover_segments(procs.shm_owners(["--processes", "2"], server.port)))
     finally:
         following.stop(60)
 
