@@ -145,12 +145,14 @@ def shm_owners(args, port: int) -> set[str]:
 def leftover_segments(owners=None) -> list[str]:
     """Files in /dev/shm named by one of ``owners`` (default: every server started here):
     segments and liveness records."""
+    from sglang_mm_grpc.wire.shm import NAME_PREFIX, RECORD_PREFIX
+
     owners = SHM_OWNERS if owners is None else owners
     try:
         names = os.listdir("/dev/shm")
     except OSError:
         return []
-    return sorted(n for n in names if n.startswith(("sglang-mm.", "sglang-mm-live.")) and n.split(".")[1] in owners)
+    return sorted(n for n in names if n.startswith((NAME_PREFIX, RECORD_PREFIX)) and n.split(".")[1] in owners)
 
 
 class Server(Proc):

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class DecodedImage:
     """An image as the HF processor sees it: RGB uint8 after EXIF orientation.

@@ -42,20 +42,19 @@ class Pairs:
     family's ``references.<family>.processor``).
     ``fixture()`` is the suite's module-scoped ``pair`` fixture, parametrized by preset
     when there are several. ``options`` go to ``Preprocessor.from_model`` (e.g. a token
-    budget that lets the largest test photos through); no result cache unless they ask
-    (``TEST_CACHE``).
+    budget that lets the largest test photos through), as ``preprocessor`` takes them.
     """
 
     def __init__(self, presets, reference, **options):
         self.presets = [presets] if isinstance(presets, str) else list(presets)
         self._reference = reference
-        self._options = {**TEST_CACHE, **options}
+        self._options = options
         self._built: dict = {}
 
     def __call__(self, preset: str | None = None):
         preset = preset or self.presets[0]
         if preset not in self._built:
-            ours = Preprocessor.from_model(preset, **self._options)
+            ours = preprocessor(preset, **self._options)
             self._built[preset] = (ours, self._reference(resolve(preset.rpartition("@")[0] or preset)))
         return self._built[preset]
 
@@ -71,15 +70,17 @@ class Pairs:
         return pair
 
 
-#: The suites' long-lived preprocessors keep no results: a photo's output (hundreds of MB
-#: at the largest sizes) would otherwise stay in each one's cache for the whole run.
-TEST_CACHE = {"cache_bytes": 0}
+def preprocessor(model: str, **kwargs) -> Preprocessor:
+    """``Preprocessor.from_model(model, **kwargs)`` with no result cache unless asked
+    (``cache_bytes``): the suites keep theirs for the run, and a photo's output (hundreds
+    of MB at the largest sizes) would otherwise stay in each one's cache."""
+    return Preprocessor.from_model(model, **{"cache_bytes": 0, **kwargs})
 
 
 @functools.lru_cache(maxsize=None)
 def preset(model: str, **kwargs) -> Preprocessor:
-    """``Preprocessor.from_model(model, **kwargs)``, built once (no result cache unless asked)."""
-    return Preprocessor.from_model(model, **{**TEST_CACHE, **kwargs})
+    """``preprocessor(model, **kwargs)``, built once."""
+    return preprocessor(model, **kwargs)
 
 
 # -- committed fixtures ---------------------------------------------------------------------

@@ -35,7 +35,7 @@ from sglang_mm_grpc.families.inkling import inkling2  # noqa: E402
 from sglang_mm_grpc.media.decode import decode_image  # noqa: E402
 
 SMALL, MINI = "thinkingmachines/Inkling-2-Small-MXFP8", "thinkingmachines/Inkling-2-Mini"
-BIG = {"max_image_tokens": 1 << 20, **harness.TEST_CACHE}
+BIG = {"max_image_tokens": 1 << 20}
 IMAGE = hf_inkling.TOKENS["<|unused_200054|>"]
 
 PAIRS = harness.Pairs([SMALL, MINI], hf_inkling2.processor, **BIG)

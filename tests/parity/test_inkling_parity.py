@@ -23,12 +23,11 @@ import imagegen  # noqa: E402
 from harness import each_size  # noqa: E402
 from references import inkling as hf_inkling  # noqa: E402
 from references.common import reference_input, run_torch_reference  # noqa: E402
-from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.config import resolve  # noqa: E402
 from sglang_mm_grpc.families.inkling import inkling  # noqa: E402
 
 INKLING = "thinkingmachines/Inkling"
-BIG = {"max_image_tokens": 1 << 20, **harness.TEST_CACHE}  # the 8000x6000 photos (30150 patches) are over the default budget
+BIG = {"max_image_tokens": 1 << 20}  # the 8000x6000 photos (30150 patches) are over the default budget
 IMAGE, BOS = hf_inkling.TOKENS["<|unused_200054|>"], hf_inkling.TOKENS["<|content_image|>"]
 
 PAIRS = harness.Pairs([INKLING, "thinkingmachines/Inkling-NVFP4"], hf_inkling.processor, **BIG)
@@ -77,7 +76,7 @@ DIRS = {
 def _dir_pair(tmp_path, name):
     pre = {**BASE, **DIRS[name]}
     directory = harness.write_model_dir(tmp_path, pre, resolve(INKLING).config)
-    return Preprocessor.from_model(directory, **BIG), hf_inkling.reference(pre)
+    return harness.preprocessor(directory, **BIG), hf_inkling.reference(pre)
 
 
 @pytest.mark.parametrize("name", sorted(DIRS))
@@ -178,7 +177,7 @@ def test_lanczos_is_torchs_and_not_pillows(rescaling):
     raw = imagegen.png(300, 500, seed=12)
     hf = run_torch_reference(ref.image_processor, [raw])
     assert np.array_equal(pp.preprocess([raw]).pixel_values, hf["pixel_values"])
-    pil = Preprocessor.from_model(pp.source + "@pil", **BIG).preprocess([raw]).pixel_values
+    pil = harness.preprocessor(pp.source + "@pil", **BIG).preprocess([raw]).pixel_values
     assert pil.shape == hf["pixel_values"].shape and not np.array_equal(pil, hf["pixel_values"])
 
 

@@ -35,7 +35,7 @@ from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families.inkling.inkling import rescaled_size
 
 INKLING = "thinkingmachines/Inkling"
-BIG = {"max_image_tokens": 1 << 20, **harness.TEST_CACHE}
+BIG = {"max_image_tokens": 1 << 20}
 
 
 def reference(raw: bytes, pre: dict) -> np.ndarray:
@@ -80,10 +80,10 @@ SETTINGS = {
 def setting(request, tmp_path_factory):
     pre = {**BASE, **SETTINGS[request.param]}
     if request.param == "preset":
-        pp = Preprocessor.from_model(f"{INKLING}@pil", **BIG)
+        pp = harness.preprocessor(f"{INKLING}@pil", **BIG)
     else:
         d = harness.write_model_dir(tmp_path_factory.mktemp("pil"), pre, resolve(INKLING).config)
-        pp = Preprocessor.from_model(f"{d}@pil", **BIG)
+        pp = harness.preprocessor(f"{d}@pil", **BIG)
     assert pp.family.config.processor == "pil" and pp.family.reference_processor.startswith("Pillow")
     return pp, pre
 
@@ -139,7 +139,7 @@ def _serving(tmp_path_factory):
     if "pp" not in _SERVING:
         pre = {**BASE, **SETTINGS["sglang_serving_2x_cap_2048"]}
         d = harness.write_model_dir(tmp_path_factory.mktemp("serving"), pre, resolve(INKLING).config)
-        _SERVING["pp"] = Preprocessor.from_model(f"{d}@pil", **BIG)
+        _SERVING["pp"] = harness.preprocessor(f"{d}@pil", **BIG)
     return _SERVING["pp"]
 
 

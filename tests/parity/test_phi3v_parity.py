@@ -51,7 +51,7 @@ SIZES = [(1, 1), (2, 2), (13, 7), (7, 13), (1, 2000), (2000, 1), (20, 3000), (30
 
 @functools.lru_cache(maxsize=None)
 def family_pp(preset: str) -> Preprocessor:
-    return Preprocessor.from_model(preset, **harness.TEST_CACHE)
+    return harness.preprocessor(preset)
 
 
 def reference(raws, num_crops: int, pre: dict | None = None):

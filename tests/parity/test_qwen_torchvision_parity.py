@@ -30,7 +30,7 @@ _PP: dict = {}
 
 def torchvision_pp(model: str) -> Preprocessor:
     if model not in _PP:
-        _PP[model] = Preprocessor.from_model(model, processor="torchvision", **harness.TEST_CACHE)
+        _PP[model] = harness.preprocessor(model, processor="torchvision")
     return _PP[model]
 
 
@@ -39,7 +39,7 @@ def dir_pp(tmp_path_factory, pre: dict) -> Preprocessor:
     if key not in _PP:
         config = {"model_type": "qwen2_vl", "image_token_id": 151655}
         d = harness.write_model_dir(tmp_path_factory.mktemp("qwen"), pre, config)
-        _PP[key] = Preprocessor.from_model(f"{d}@torchvision", **harness.TEST_CACHE)
+        _PP[key] = harness.preprocessor(f"{d}@torchvision")
     return _PP[key]
 
 
