@@ -84,3 +84,10 @@ compile_locks.install(CACHE_DIR, lambda py_func: Path(py_func.__code__.co_filena
 def cached() -> bool:
     """Whether these kernels were compiled into the cache before (a warm start)."""
     return any(Path(CACHE_DIR).rglob("*.nbi"))
+
+
+def machine() -> str:
+    """The CPU the cache's entries are for (numba keys them by its name and features)."""
+    from numba.core.registry import cpu_target
+
+    return repr(cpu_target.target_context.codegen().magic_tuple())

@@ -177,10 +177,14 @@ def horizontal_first(in_h: int, in_w: int, out_h: int, out_w: int) -> bool:
 
 
 @numba.njit(nogil=True, cache=True)
-def horizontal_pass(src, dst, row0, bounds, kk):
+def horizontal_pass(src, dst, row0, bounds, kk, any_channels=None):
     """``resample_horizontal`` for C-contiguous arrays, callable from other kernels.
     (Numba compiles a function once per array layout it is given, and this one takes
-    seconds to compile: the Python entries hand it C-contiguous arrays only.)"""
+    seconds to compile: the Python entries hand it C-contiguous arrays only.)
+
+    RGB rows only (out of RGB or RGBX ones) unless ``any_channels`` is given: left out,
+    numba prunes the other channel counts' code before typing it, so the kernels that
+    resize images, all RGB, neither compile nor link it (a third of this one's compile)."""
     wide_vectors()
     out_h, out_w, nc = dst.shape
     if out_h == 0 or out_w == 0:
@@ -195,7 +199,10 @@ def horizontal_pass(src, dst, row0, bounds, kk):
         if sp != 4 or out_h < resample_amx.MIN_ROWS or not amx.permitted() \
                 or not resample_amx.try_horizontal(sflat, in_w, out_h, dflat, bounds, kk):
             horizontal_rgb(sflat, dflat, in_w, bounds, kk, sp)
-    elif nc == 1:
+        return
+    if any_channels is None:
+        raise ValueError("horizontal_pass: RGB rows only unless any_channels is given")
+    if nc == 1:
         horizontal_blocked(sflat, dflat, in_w, bounds, kk, 1, 1, 1, 64)
     elif nc == 4:
         horizontal_blocked(sflat, dflat, in_w, bounds, kk, 4, 4, 4, 16)
@@ -293,8 +300,11 @@ def resample_horizontal(src, dst, row0, bounds, kk) -> None:
     range(dst.shape[0]). A 4-channel ``src`` with a 3-channel ``dst`` is RGBX: its fourth
     byte is padding, never read into the result. Any array layouts."""
     d = np.ascontiguousarray(dst)
-    horizontal_pass(np.ascontiguousarray(src), d, np.int64(row0), np.ascontiguousarray(bounds),
-                    np.ascontiguousarray(kk))
+    args = (np.ascontiguousarray(src), d, np.int64(row0), np.ascontiguousarray(bounds), np.ascontiguousarray(kk))
+    if d.shape[2] == 3:
+        horizontal_pass(*args)
+    else:
+        horizontal_pass(*args, True)
     if d is not dst:
         dst[...] = d
 
@@ -310,12 +320,13 @@ def resample_vertical(src, dst, bounds, kk) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
-def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first):
+def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first, any_channels=None):
     """Both passes into a new [out_h, out_w, nc] (``nc`` fewer than ``img`` has only for
     RGBX): an axis that keeps its size is skipped (its coefficients are not read); with
     both, horizontal first (over only the source rows the vertical pass reads) when
     ``h_first``, else vertical first. Pillow decides the order by ``horizontal_first``;
-    torchvision always goes horizontal first."""
+    torchvision always goes horizontal first. ``nc`` other than 3 needs ``any_channels``
+    (``horizontal_pass``)."""
     in_h, in_w, sp = img.shape
     out = np.empty((out_h, out_w, nc), np.uint8)
     if out_w == in_w and out_h == in_h:
@@ -326,14 +337,14 @@ def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first):
     elif out_w == in_w:
         vertical_pass(img, out, bv, kv)
     elif out_h == in_h:
-        horizontal_pass(img, out, np.int64(0), bh, kh)
+        horizontal_pass(img, out, np.int64(0), bh, kh, any_channels)
     elif h_first:
         first = bv[0, 0]
         last = first
         for y in range(out_h):
             last = max(last, bv[y, 0] + bv[y, 1])
         tmp = np.empty((last - first, out_w, nc), np.uint8)
-        horizontal_pass(img, tmp, np.int64(first), bh, kh)
+        horizontal_pass(img, tmp, np.int64(first), bh, kh, any_channels)
         shifted = bv.copy()
         for y in range(out_h):
             shifted[y, 0] -= first
@@ -341,7 +352,7 @@ def separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first):
     else:
         tmp = np.empty((out_h, in_w, sp), np.uint8)
         vertical_pass(img, tmp, bv, kv)
-        horizontal_pass(tmp, out, np.int64(0), bh, kh)
+        horizontal_pass(tmp, out, np.int64(0), bh, kh, any_channels)
     return out
 
 
@@ -472,7 +483,10 @@ def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int, nc: int) -> 
     in_h, in_w = img.shape[:2]
     bh, kh = _cached_coeffs(in_w, out_w, filter) if out_w != in_w else _NO_COEFFS
     bv, kv = _cached_coeffs(in_h, out_h, filter) if out_h != in_h else _NO_COEFFS
-    return separable(img, out_h, out_w, bh, kh, bv, kv, nc, horizontal_first(in_h, in_w, out_h, out_w))
+    h_first = horizontal_first(in_h, in_w, out_h, out_w)
+    if nc == 3:
+        return separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first)
+    return separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first, True)
 
 
 def _checked_target(filter, out_h, out_w) -> tuple[int, int, int]:
@@ -525,25 +539,35 @@ def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, filter: int) -> np.nd
 
 
 def warmup() -> None:
-    """Compile (or load from the on-disk cache) every kernel, so no request pays for it:
-    all channel counts and filters through ``resize``, and the pass kernels' entries
-    (which give them C-contiguous arrays whatever the caller has)."""
+    """Compile (or load from the on-disk cache) every kernel a request can reach, so none
+    pays: RGB and RGBX images, every filter, and the pass kernels' entries (which give
+    them C-contiguous arrays whatever the caller has). ``resize`` of other channel counts
+    (grey, LA, RGBA: no model's path) compiles on first use (``warmup_any_channels``)."""
     warmup_one_size()
     warmup_two_sizes()
 
 
 def warmup_one_size() -> None:
     """``warmup``'s kernels but ``separable_two``'s (separate: they compile in parallel)."""
-    for nc in (1, 2, 3, 4):
-        a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
-        for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
-            resize(a, 3, 4, f)
-            resize(a, 9, 2, f)
+    _warm_resize(3)
     bounds, kk = coeffs(7, 4, BICUBIC)
     a = np.zeros((5, 7, 3), np.uint8)
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     bounds, kk = coeffs(5, 3, BICUBIC)
     resample_vertical(a[:, :6], np.empty((3, 6, 3), np.uint8), bounds, kk)
+
+
+def warmup_any_channels() -> None:
+    """``resize`` of grey, LA and RGBA images, every filter."""
+    for nc in (1, 2, 4):
+        _warm_resize(nc)
+
+
+def _warm_resize(nc: int) -> None:
+    a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
+    for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
+        resize(a, 3, 4, f)
+        resize(a, 9, 2, f)
 
 
 def warmup_two_sizes() -> None:

@@ -207,7 +207,9 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
     kind = _check(in_w, out_w, mode)
     bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
     bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
-    return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
+    if nc == 3:
+        return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
+    return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True, True)
 
 
 def resize_rgb_two(pixels: np.ndarray, size_a: tuple[int, int], size_b: tuple[int, int], mode: str = "bicubic") -> tuple[np.ndarray, np.ndarray]:
@@ -263,14 +265,15 @@ def resize_nearest_exact_u8(img: np.ndarray, out_h: int, out_w: int) -> np.ndarr
 
 
 def warmup() -> None:
-    """Compile (or load from the on-disk cache) every kernel here, so no request pays."""
+    """Compile (or load from the on-disk cache) every kernel a request can reach, so none
+    pays: those of RGB images (``resize_aa_u8`` of other channel counts compiles on first
+    use, as ``resample_pil.resize``'s does)."""
     resample_pil.warmup()
-    for nc in (1, 3):
-        a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
-        for mode in MODES:
-            resize_aa_u8(a, 3, 4, mode)
-            resize_aa_u8(a, 9, 7, mode)
-            resize_aa_u8(a, 5, 2, mode)
-        resize_nearest_exact_u8(a, 3, 9)
+    a = (np.arange(5 * 7 * 3, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, 3)
+    for mode in MODES:
+        resize_aa_u8(a, 3, 4, mode)
+        resize_aa_u8(a, 9, 7, mode)
+        resize_aa_u8(a, 5, 2, mode)
+    resize_nearest_exact_u8(a, 3, 9)
     for c in (3, 4):
         resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), "bilinear")

@@ -13,8 +13,8 @@ import numpy as np
 from .call import add_call_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, add_target_arguments, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
-from .remote import UnreadableFile, add_video_arguments, image_options_of, name_items, options_text, plain
-from .remote import UsageError, print_videos, read_files, video_options_of
+from .remote import UnreadableFile, add_video_arguments, image_options_of, options_text, plain
+from .remote import UsageError, print_videos, read_files, say_error, video_options_of
 
 
 def _load_local(args):
@@ -29,15 +29,10 @@ def _load_local(args):
         pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
         return pp, blobs, videos
     except PreprocessError as e:
-        _say(e, args)
+        say_error(e, args)
     except UnreadableFile as e:
         print(f"error: {e}", file=sys.stderr)
     return None
-
-
-def _say(e, args) -> None:
-    """A PreprocessError as the server's status would print (the items named by their files)."""
-    print(f"error: {e.code.value}: {name_items(e.message, args)}", file=sys.stderr)
 
 
 def _preprocess_local(args) -> int:
@@ -53,7 +48,7 @@ def _preprocess_local(args) -> int:
         out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
                             raw=args.pixel_dtype == "uint8", **_video_arguments(videos, args))
     except PreprocessError as e:
-        _say(e, args)
+        say_error(e, args)
         return 1
     ms = (time.perf_counter() - t0) * 1e3
     for i, (path, im, t) in enumerate(zip(args.images, out.images, out.item_timings_ms)):
@@ -95,7 +90,7 @@ def _plan_local(args) -> int:
         out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
                       **_video_arguments(videos, args))
     except PreprocessError as e:
-        _say(e, args)
+        say_error(e, args)
         return 1
     for i, (path, im) in enumerate(zip(args.images, out.images)):
         grid = " grid " + "x".join(map(str, im.grid)) if im.grid else ""

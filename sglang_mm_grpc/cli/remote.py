@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import PreprocessError
+
 # Sent to the server as they are (it refuses schemes it does not fetch); the rest are files read here.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|data:)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
@@ -469,6 +471,12 @@ def read_sources(args) -> tuple[list, list]:
 _ITEM = re.compile(r"\b(image|video) (\d+)\b")
 
 
+def say_error(e, args) -> None:
+    """A PreprocessError, in-process or the client's, as ``error: CODE: message`` with its
+    items named by their files."""
+    print(f"error: {e.code.value}: {name_items(e.message, args)}", file=sys.stderr)
+
+
 def name_items(message: str, args) -> str:
     """An error's first "image N" / "video N" followed by the path or URL given for it."""
     def named(m: re.Match) -> str:
@@ -598,7 +606,6 @@ def run_remote_preprocess(args) -> int:
     Reads ``args``: target, model, images, backend (None: no payload), input_ids
     (comma-separated text or None), out, timeout and max_image_tokens (optional).
     """
-    import grpc
     import numpy as np
 
     from ..client.client import Client, payload_arrays, payload_options
@@ -627,8 +634,8 @@ def run_remote_preprocess(args) -> int:
                                      video_options=video_options_of(args))
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
-        except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {name_items(e.details() or '', args)}", file=sys.stderr)
+        except PreprocessError as e:  # the client's RemoteError
+            say_error(e, args)
             return 1
 
     _print_images(args.images, resp.images)
@@ -679,8 +686,6 @@ def print_videos(names, videos) -> None:
 def run_remote_plan(args) -> int:
     """``plan --target``: what Preprocess would produce, from the servers' reading of the
     headers. Reads ``args`` as ``run_remote_preprocess`` does (no backend, no out)."""
-    import grpc
-
     from ..client.client import Client
 
     try:
@@ -700,8 +705,8 @@ def run_remote_plan(args) -> int:
                                max_image_tokens=getattr(args, "max_image_tokens", None),
                                image_options=image_options_of(args), videos=videos,
                                video_options=video_options_of(args))
-        except grpc.RpcError as e:
-            print(f"error: {e.code().name}: {name_items(e.details() or '', args)}", file=sys.stderr)
+        except PreprocessError as e:  # the client's RemoteError
+            say_error(e, args)
             return 1
     _print_images(args.images, resp.images)
     print_videos(getattr(args, "videos", None) or (), resp.videos)

@@ -16,9 +16,10 @@ from .client import (
     video_options,
 )
 from .endpoints import Endpoints
+from .errors import CallCode, RemoteError
 
 __all__ = [
-    "MISSING_MEDIA_KEY", "MISSING_VIDEOS_KEY", "Client", "Endpoints", "backend_value", "image_options",
-    "media_item", "missing_media", "missing_videos", "payload_arrays", "payload_options", "video_item",
-    "video_options",
+    "MISSING_MEDIA_KEY", "MISSING_VIDEOS_KEY", "CallCode", "Client", "Endpoints", "RemoteError", "backend_value",
+    "image_options", "media_item", "missing_media", "missing_videos", "payload_arrays", "payload_options",
+    "video_item", "video_options",
 ]

@@ -5,7 +5,8 @@
         r.payload.vllm          # put into vllm GenerateRequest.mm_inputs
         r.payload.input_ids     # and these into its tokenized.input_ids
 
-Failures raise ``grpc.RpcError`` (``.code()``, ``.details()``) as the server sent them.
+Failures raise ``RemoteError`` (``errors.py``): the ``PreprocessError`` the in-process API
+raises (``code``, ``message``, ``item``), and a ``grpc.RpcError`` (``code()``, ``details()``).
 
 Per-image options (``image_options(detail="low")``, for the request or per image with
 ``media_item(image, options=...)``) and ``Client.plan`` (what Preprocess would produce,
@@ -42,6 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ..wire import tensors
 from ..core.carriers import ImageOptions, VideoOptions
 from .endpoints import Endpoints
+from .errors import raising_remote_errors
 from ..core.hashing import content_hash
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -288,6 +290,7 @@ class Client:
         self.stub = first.stub
         self._health = first.health
 
+    @raising_remote_errors
     def preprocess(
         self,
         model: str,
@@ -333,6 +336,7 @@ class Client:
         )
         return self._with_media("Preprocess", req, images, self._timeout(timeout), videos)
 
+    @raising_remote_errors
     def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
              timeout: float | None = None, max_image_tokens: int | None = None,
              image_options=None, videos: Iterable = (), video_options=None,
@@ -426,24 +430,29 @@ class Client:
         with self._sent_lock:
             self._sent.pop(digest, None)
 
+    @raising_remote_errors
     def assemble(self, handle: str, backend, *, release: bool = False, timeout: float | None = None,
                  options: pb.PayloadOptions | None = None) -> pb.BackendPayload:
         req = pb.AssembleRequest(handle=handle, backend=backend_value(backend), release=release,
                                  payload_options=options)
         return self.endpoints.call_owner(handle, "Assemble", req, self._timeout(timeout)).payload
 
+    @raising_remote_errors
     def server_info(self, *, timeout: float | None = None) -> pb.GetServerInfoResponse:
         """The server's /dev/shm identity (compare a worker's GetServerInfo.shm_namespace_id
         with ``shm_namespace_id``), transport defaults and shared-memory counters."""
         return self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=self._timeout(timeout))
 
+    @raising_remote_errors
     def release(self, handle: str, *, timeout: float | None = None) -> bool:
         return self.endpoints.call_owner(handle, "Release", pb.ReleaseRequest(handle=handle),
                                          self._timeout(timeout)).released
 
+    @raising_remote_errors
     def list_models(self, *, timeout: float | None = None) -> list[pb.ModelInfo]:
         return list(self.endpoints.call_any("ListModels", pb.ListModelsRequest(), self._timeout(timeout)).models)
 
+    @raising_remote_errors
     def stats(self, *, timeout: float | None = None) -> dict[str, pb.GetStatsResponse]:
         """GetStats of every target (each summed over its processes), by target."""
         out = {}
@@ -451,8 +460,9 @@ class Client:
             out[ep.target] = ep.stub.GetStats(pb.GetStatsRequest(), timeout=self._timeout(timeout))
         return out
 
+    @raising_remote_errors
     def health(self, service: str = "", *, timeout: float | None = 5.0) -> str:
-        """SERVING, NOT_SERVING, SERVICE_UNKNOWN or UNKNOWN (raises grpc.RpcError if unreachable)."""
+        """SERVING, NOT_SERVING, SERVICE_UNKNOWN or UNKNOWN (raises RemoteError if unreachable)."""
         resp = self._health.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 

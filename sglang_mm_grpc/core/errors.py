@@ -6,7 +6,7 @@ import enum
 
 
 class Code(str, enum.Enum):
-    """gRPC status codes this service returns (same names as ``grpc.StatusCode``)."""
+    """gRPC status codes of a failure (same names as ``grpc.StatusCode``)."""
 
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     NOT_FOUND = "NOT_FOUND"
@@ -17,6 +17,19 @@ class Code(str, enum.Enum):
     CANCELLED = "CANCELLED"
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     INTERNAL = "INTERNAL"
+    # and the rest, which the client may see (from grpc, a proxy or the gate)
+    UNKNOWN = "UNKNOWN"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+
+#: The trailing metadata naming the item a failure belongs to ("image 2", "video 0"), so a
+#: client's error carries ``item`` and ``kind`` as the in-process one does.
+ITEM_METADATA_KEY = "sglang-mm-item"
 
 
 class PreprocessError(Exception):

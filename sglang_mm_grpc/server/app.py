@@ -35,6 +35,7 @@ from ..service.admission import default_max_in_flight
 from ..service import request_bounds
 from .allocator import IDLE_TRIM_S, trim, tune_for_large_tensors
 from ..kernels import amx
+from .. import config as model_config
 from ..config import preset_names
 from ..pipeline.cache import PreprocessCache
 from ..pipeline.driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, DEFAULT_MAX_INPUT_IDS, Preprocessor
@@ -350,8 +351,16 @@ class Server:
         }
 
     async def load(self) -> None:
-        """Load and warm every model off the event loop, then report SERVING."""
+        """Load and warm every model off the event loop, then report SERVING. A first start
+        (a model whose kernels this cache has not all held yet: ``precompile.warm_marker``)
+        compiles in helper processes and serves each model as soon as its kernels are
+        ready (``serve_while_compiling``)."""
         specs = self.config.models or preset_names()
+        models = {spec: model_config.load(spec, processor=self.config.processor) for spec in specs}
+        if not self._deferred and not all(precompile.warm_marker(m.family.fingerprint()).exists()
+                                          for m in models.values()):
+            await self.serve_while_compiling({spec: m.name for spec, m in models.items()})
+            return
         loop = asyncio.get_running_loop()
         if not kernels_cached():
             processes = precompile.default_processes()
@@ -360,13 +369,66 @@ class Server:
             await loop.run_in_executor(None, precompile.compile_kernels, specs, self.config.processor, processes)
         for i, spec in enumerate(specs, start=1):
             log.info("loading %s (%d of %d)", spec, i, len(specs))
-            pp = await loop.run_in_executor(self.executor, self._load_one, spec)
-            if pp.name in self.preprocessors:
-                raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
-            self.preprocessors[pp.name] = pp
+            await self._add(spec)
+        await self._serving()
+
+    async def serve_while_compiling(self, names: dict[str, str]) -> None:
+        """SERVING as soon as the first model's kernels are compiled and loaded, each other
+        model joining as its own are (its health service, its name, says SERVING then; until
+        then a call for it is UNAVAILABLE saying it loads). No request compiles anything.
+        ``names``: the served name of each model spec."""
+        loop = asyncio.get_running_loop()
+        specs = list(names)
+        twice = sorted({n for n in names.values() if list(names.values()).count(n) > 1})
+        if twice:
+            raise ValueError(f"two models are served as {twice[0]!r}; name one of them with NAME=DIR")
+        for name in names.values():
+            await self.health.set(name, NOT_SERVING)
+        processes = precompile.default_processes()
+        log.info("compiling kernels (first start only, in %d process(es)): serving each model as soon as its kernels "
+                 "are ready; later starts load them from the cache in seconds", processes)
+        ready: asyncio.Queue[str | None] = asyncio.Queue()
+        servicer = self.servicer
+        assert servicer is not None  # made by start()
+
+        def on_ready(spec: str) -> None:  # from the compile's thread
+            loop.call_soon_threadsafe(ready.put_nowait, spec)
+
+        compiling = loop.run_in_executor(None, functools.partial(
+            precompile.compile_kernels, specs, self.config.processor, processes, on_ready=on_ready))
+        compiling.add_done_callback(lambda _: ready.put_nowait(None))
+        waiting = list(specs)
+        while waiting:
+            spec = await ready.get()
+            # None: the compile is over, yet models wait (a helper failed): load them, compiling what is missing
+            for spec in list(waiting) if spec is None else [spec] if spec in waiting else []:
+                waiting.remove(spec)
+                await self._add(spec)
+                loading = [names[s] for s in waiting]
+                if len(self.preprocessors) == 1:
+                    await self._serving(loading)
+                    continue
+                servicer.set_models(self.preprocessors, loading)
+                await self.health.set(names[spec], SERVING)
+                log.info("SERVING %s too (%d of %d models; %d loading)", names[spec], len(self.preprocessors),
+                         len(specs), len(waiting))
+        await compiling
+
+    async def _add(self, spec: str) -> None:
+        """Load ``spec`` (its kernels from the cache) into ``preprocessors``."""
+        pp = await asyncio.get_running_loop().run_in_executor(self.executor, self._load_one, spec)
+        if pp.name in self.preprocessors:
+            raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
+        self.preprocessors[pp.name] = pp
+
+    async def _serving(self, loading: list[str] | tuple = ()) -> None:
+        """Serve the models loaded so far (``loading``: the names of those to come): warm
+        what the first response needs, bind (a process of ``serve --processes``), say
+        SERVING."""
+        loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, wirecast.warmup)  # the serializer's dtype conversion
         assert self.servicer is not None  # made by start()
-        self.servicer.set_models(self.preprocessors)
+        self.servicer.set_models(self.preprocessors, loading)
         if self.config.tune_malloc:  # the warmed-up heap is kept only by the tuned malloc
             try:
                 await warm_transport()
@@ -376,9 +438,10 @@ class Server:
             if self.before_listen is not None:
                 await self.before_listen()
             await self._listen()
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, *self.preprocessors):
             await self.health.set(name, SERVING)
-        log.info("SERVING on %s:%d: %s", self.config.host, self.port, ", ".join(self.preprocessors))
+        log.info("SERVING on %s:%d: %s%s", self.config.host, self.port, ", ".join(self.preprocessors),
+                 f" ({len(loading)} more loading)" if loading else "")
 
     def _load_one(self, spec: str) -> Preprocessor:
         pp = Preprocessor.from_model(
@@ -396,6 +459,7 @@ class Server:
             cache=self.cache,
         )
         pp.warmup()
+        precompile.mark_warm(pp.spec_key)
         log.info("loaded %s (%s, %s)", pp.name, pp.info["family"], pp.info["reference_processor"])
         for note in pp.notes:
             log.warning("%s: %s", pp.name, note)

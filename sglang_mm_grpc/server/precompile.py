@@ -3,8 +3,10 @@
 Each process warms every model (compiling what the cache lacks, loading the rest), in
 its own order, so they start on different kernels; ``kernels.compile_locks`` makes a
 kernel that two of them need compile once while the other waits for it. The resampling
-passes, which most models' other kernels call, go first, split between two processes.
-Afterwards the server loads every model from the cache as on any later start.
+passes, which most models' other kernels call, go first, split between two processes,
+after the payload serializer's conversions (small, and needed by every model). Each
+model is reported ready as soon as one process has warmed it: the server loads it from
+the cache then and serves it while the others compile.
 
 A helper process runs ``main`` (``PART PARTS [--processor P] SPEC...``); it prints
 ``warm SPEC`` as each model is done.
@@ -13,12 +15,15 @@ A helper process runs ``main`` (``PART PARTS [--processor P] SPEC...``); it prin
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger("sglang_mm_grpc.server")
 
@@ -39,6 +44,25 @@ def default_processes() -> int:
     return max(1, min(cpus, MAX_PROCESSES))
 
 
+def warm_marker(fingerprint: str) -> Path:
+    """The file that says every kernel of a model with this family fingerprint is in the
+    cache for this CPU (numba keys its entries by the CPU's name and features too)."""
+    from ..kernels import CACHE_DIR, machine
+
+    key = f"{fingerprint}|{machine()}"
+    return Path(CACHE_DIR) / "warm" / hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
+def mark_warm(fingerprint: str) -> None:
+    """Record that a model with this fingerprint was warmed (its kernels are cached)."""
+    marker = warm_marker(fingerprint)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a read-only cache: the next start goes the helpers' way again
+        pass
+
+
 def rotated(specs: list[str], part: int, parts: int) -> list[str]:
     """Every spec, part ``part`` of ``parts`` starting its share of the way along."""
     start = part * len(specs) // parts
@@ -50,6 +74,7 @@ def warm_part(specs: list[str], part: int, parts: int, processor: str | None, do
     from ..kernels import resample_pil, wirecast
     from ..pipeline.driver import Preprocessor
 
+    wirecast.warmup()
     primers = (resample_pil.warmup_one_size, resample_pil.warmup_two_sizes)
     if parts == 1:
         primers[0]()
@@ -57,14 +82,18 @@ def warm_part(specs: list[str], part: int, parts: int, processor: str | None, do
     elif part < len(primers):
         primers[part]()
     for spec in rotated(specs, part, parts):
-        Preprocessor.from_model(spec, processor=processor, cache_bytes=0).warmup()
+        pp = Preprocessor.from_model(spec, processor=processor, cache_bytes=0)
+        pp.warmup()
+        mark_warm(pp.spec_key)
         done(spec)
-    wirecast.warmup()
 
 
-def compile_kernels(specs: list[str], processor: str | None = None, processes: int | None = None) -> None:
-    """Compile every kernel these models use into the cache, in ``processes`` processes
-    (this one among them), logging progress every ``PROGRESS_EVERY_S`` seconds."""
+def compile_kernels(specs: list[str], processor: str | None = None, processes: int | None = None,
+                    on_ready: Callable[[str], None] | None = None) -> None:
+    """Compile every kernel these models use into the cache, in ``processes`` helper
+    processes, logging progress every ``PROGRESS_EVERY_S`` seconds; ``on_ready(spec)``
+    (from another thread) as each model's kernels are all in the cache. A helper that
+    fails leaves its models to the others (or, the last one gone, to whoever loads them)."""
     processes = processes or default_processes()
     started = time.monotonic()
     warm: set[str] = set()
@@ -76,9 +105,11 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
                 return
             warm.add(spec)
         log.info("kernels of %s ready after %.0f s", spec, time.monotonic() - started)
+        if on_ready is not None:
+            on_ready(spec)
 
     helpers = []
-    for part in range(1, processes):
+    for part in range(processes):
         args = [sys.executable, "-c", _HELPER, str(part), str(processes), *specs]
         if processor:
             args[5:5] = ["--processor", processor]
@@ -90,10 +121,10 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
     ticker = threading.Thread(target=_report, args=(stop, started, warm, lock, len(specs), processes), daemon=True)
     ticker.start()
     try:
-        warm_part(specs, 0, processes, processor, done)
-        for h in helpers:
+        for h, r in zip(helpers, readers):
             if h.wait() != 0:
-                log.warning("a kernel-compiling process exited with %s; this one compiles what it left", h.returncode)
+                log.warning("a kernel-compiling process exited with %s", h.returncode)
+            r.join()
     finally:
         stop.set()
         for h in helpers:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from concurrent.futures import Executor
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from .._proto.sglang_mm.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -97,9 +97,10 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """Pool tasks submitted and not finished (a cancelled call's included)."""
         return self.pool.busy
 
-    def set_models(self, models: Mapping[str, Preprocessor]) -> None:
-        """Install the loaded models; until then every RPC answers UNAVAILABLE."""
-        self.models.set(models)
+    def set_models(self, models: Mapping[str, Preprocessor], loading: Sequence[str] = ()) -> None:
+        """Install the loaded models; until then every RPC answers UNAVAILABLE, as a call
+        for a model named in ``loading`` does until it is installed too."""
+        self.models.set(models, loading)
 
     def set_owner(self, owner: owners.Owner) -> None:
         """Name this process the owner of its handles (known once the port is bound)."""

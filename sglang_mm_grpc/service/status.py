@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from ..core.errors import Code, PreprocessError
+from ..core.errors import ITEM_METADATA_KEY, Code, PreprocessError
 from ..pipeline.metrics import Metrics, RequestRecord, video_refusal_cause
 from . import calls
 from .admission import Admission, Busy, Ticket
@@ -88,8 +88,10 @@ def refused(error: PreprocessError | None):
 
 async def _abort(context, e: PreprocessError) -> None:
     """End the call with ``e``'s status and its trailing metadata."""
-    trailing = getattr(e, "trailing", None)
-    if trailing:  # e.g. the images a client should send again (MissingMedia)
+    trailing = list(getattr(e, "trailing", None) or ())  # e.g. the images to send again (MissingMedia)
+    if e.item is not None:
+        trailing.append((ITEM_METADATA_KEY, f"{e.kind} {e.item}"))
+    if trailing:
         context.set_trailing_metadata(tuple(context.trailing_metadata() or ()) + tuple(trailing))
     await context.abort(grpc.StatusCode[e.code.value], e.message)
 

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 import imagegen
+from servers import free_port
 from service_support import MAX_RECEIVE, QWEN2
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
@@ -40,6 +41,43 @@ def test_bad_image(client):
     e = rpc_error(client.preprocess, QWEN2, [GOOD, b"this is not an image"])
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.details().startswith("image 1:")
+
+
+def test_the_client_raises_what_the_in_process_api_raises(client, pps):
+    """One ``except PreprocessError`` for both APIs: the same code, item and message as
+    the in-process call on the same input, and still a grpc.RpcError for grpc code."""
+    from sglang_mm_grpc import Code, PreprocessError
+    from sglang_mm_grpc.client import RemoteError
+
+    bad = [GOOD, b"this is not an image"]
+    with pytest.raises(PreprocessError) as local:
+        pps[QWEN2].preprocess(bad)
+    with pytest.raises(PreprocessError) as remote:
+        client.preprocess(QWEN2, bad)
+    e = remote.value
+    assert isinstance(e, RemoteError) and isinstance(e, grpc.RpcError)
+    assert (e.code, e.item, e.kind) == (local.value.code, 1, "image") == (Code.INVALID_ARGUMENT, 1, "image")
+    assert e.code.value == e.code.name == "INVALID_ARGUMENT" and e.code in {Code.INVALID_ARGUMENT}
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.message == e.details() == str(e) == local.value.message
+    assert e.detail == local.value.detail and not e.detail.startswith("image")
+
+
+def test_a_request_level_failure_names_no_item(client):
+    from sglang_mm_grpc.client import RemoteError
+
+    e = rpc_error(client.preprocess, "no/such-model", [GOOD])
+    assert isinstance(e, RemoteError) and e.item is None and e.message == e.detail == e.details()
+
+
+def test_an_unreachable_server_is_a_remote_error_too():
+    from sglang_mm_grpc import Code, PreprocessError
+    from sglang_mm_grpc.client import Client
+
+    with Client(f"127.0.0.1:{free_port()}", timeout=2) as c:
+        with pytest.raises(PreprocessError) as e:
+            c.list_models()
+    assert e.value.code == Code.UNAVAILABLE and e.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_placeholder_mismatch(client):

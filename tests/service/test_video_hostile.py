@@ -169,3 +169,16 @@ def test_without_av_a_video_says_how_to_enable_it(tmp_path):
         assert len(ok.images) == 1
     finally:
         proc.stop()
+
+
+def test_the_client_names_the_video_a_failure_belongs_to(server):
+    """The client's error carries ``kind`` and ``item`` from the status, as the in-process one does."""
+    from sglang_mm_grpc import Code, PreprocessError
+    from sglang_mm_grpc.client import Client
+
+    good = videogen.clip(frames=12, fps=24, size=(64, 96))
+    with Client(server.target, timeout=60) as c, pytest.raises(PreprocessError) as e:
+        c.preprocess(QWEN2, [], input_ids=[1, *[151652, 151656, 151653] * 2, 2],
+                     videos=[good, videogen.hostile()["corrupt"]], video_options={"fps": 2})
+    assert (e.value.kind, e.value.item, e.value.code) == ("video", 1, Code.INVALID_ARGUMENT)
+    assert e.value.message.startswith("video 1: ") and e.value.detail == e.value.message.removeprefix("video 1: ")
