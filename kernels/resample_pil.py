@@ -539,22 +539,27 @@ def resize_rgb(pixels: np.ndarray, out_h: int, out_w: int, filter: int) -> np.nd
 
 
 def warmup() -> None:
-    """Compile (or load from the on-disk cache) every kernel a request can reach, so none
-    pays: RGB and RGBX images, every filter, and the pass kernels' entries (which give
-    them C-contiguous arrays whatever the caller has). ``resize`` of other channel counts
-    (grey, LA, RGBA: no model's path) compiles on first use (``warmup_any_channels``)."""
-    warmup_one_size()
-    warmup_two_sizes()
-
-
-def warmup_one_size() -> None:
-    """``warmup``'s kernels but ``separable_two``'s (separate: they compile in parallel)."""
+    """Compile (or load from the on-disk cache) every kernel a request resizing to one
+    size can reach, so none pays: RGB and RGBX images, every filter, and the pass
+    kernels' entries (which give them C-contiguous arrays whatever the caller has).
+    ``warmup_two_sizes``: ``resize_rgb_two``'s, for the families that resize to two
+    sizes at once. ``resize`` of other channel counts (grey, LA, RGBA: no model's path)
+    compiles on first use (``warmup_any_channels``)."""
     _warm_resize(3)
     bounds, kk = coeffs(7, 4, BICUBIC)
     a = np.zeros((5, 7, 3), np.uint8)
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
     bounds, kk = coeffs(5, 3, BICUBIC)
     resample_vertical(a[:, :6], np.empty((3, 6, 3), np.uint8), bounds, kk)
+
+
+def warmup_rgb_rows() -> None:
+    """``horizontal_rgb``, for RGB and RGBX rows: the largest part of the passes' compile.
+    Compiled first by another process, it is linked from the cache into them, which then
+    compile in about half the time (a cold start's helpers split the passes so)."""
+    bounds, kk = coeffs(7, 4, BICUBIC)
+    for sp in (3, 4):
+        horizontal_rgb(np.zeros(5 * 7 * sp, np.uint8), np.empty(5 * 4 * 3, np.uint8), 7, bounds, kk, sp)
 
 
 def warmup_any_channels() -> None:
@@ -571,6 +576,6 @@ def _warm_resize(nc: int) -> None:
 
 
 def warmup_two_sizes() -> None:
-    """``separable_two`` and the passes it calls."""
+    """``resize_rgb_two``'s kernels: ``separable_two`` and the passes it calls."""
     for c in (3, 4):
         resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), BICUBIC)

@@ -275,5 +275,9 @@ def warmup() -> None:
         resize_aa_u8(a, 9, 7, mode)
         resize_aa_u8(a, 5, 2, mode)
     resize_nearest_exact_u8(a, 3, 9)
+
+
+def warmup_two_sizes() -> None:
+    """``resize_rgb_two``'s kernels, for the families that resize to two sizes at once."""
     for c in (3, 4):
         resize_rgb_two(np.zeros((40, 60, c), np.uint8), (9, 13), (20, 21), "bilinear")

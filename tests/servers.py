@@ -44,11 +44,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def health(target: str, timeout: float = 2.0, channel: grpc.Channel | None = None) -> str:
-    """The health service's status name (``SERVING``, ...), over ``channel`` if given;
-    RpcError when it does not answer."""
+def health(target: str, timeout: float = 2.0, channel: grpc.Channel | None = None, service: str = "") -> str:
+    """The health service's status name (``SERVING``, ...) of ``service`` (the whole
+    server by default), over ``channel`` if given; RpcError when it does not answer."""
     with contextlib.nullcontext(channel) if channel is not None else grpc.insecure_channel(target, LOOPBACK) as ch:
-        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
     return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
 
 

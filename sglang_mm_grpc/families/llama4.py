@@ -307,8 +307,9 @@ class Llama4(Family[Llama4Config, Tiles]):
         }
 
     def warmup(self) -> None:
-        resample_tv.warmup()
         window.warmup()
+        resample_tv.warmup()
+        resample_tv.warmup_two_sizes()
         tile = self.config.tile
         # one tile and several; down- and upscaled; already at the target size
         sizes = ((37, 53), (300, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (1, 700))

@@ -159,8 +159,8 @@ class Phi3V(Family[Phi3VConfig, HDGeometry]):
         }
 
     def warmup(self) -> None:
-        resample_pil.warmup()
         window.warmup()
         bicubic_f32.warmup()
+        resample_pil.warmup()
         # landscape and portrait (transposed) images, alone and batched
         self.run_batches([(37, 53)], [(300, 40), (TILE, TILE * 2), (20, 20)])

@@ -2,11 +2,13 @@
 
 Each process warms every model (compiling what the cache lacks, loading the rest), in
 its own order, so they start on different kernels; ``kernels.compile_locks`` makes a
-kernel that two of them need compile once while the other waits for it. The resampling
-passes, which most models' other kernels call, go first, split between two processes,
-after the payload serializer's conversions (small, and needed by every model). Each
-model is reported ready as soon as one process has warmed it: the server loads it from
-the cache then and serves it while the others compile.
+kernel that two of them need compile once while the other waits for it, and a process
+skips to its next model while another is on one. The first two processes start with the
+resampling passes, which most models call (the second with their largest callee, which
+the first then links from the cache: ``resample_pil.warmup_rgb_rows``), then the payload
+serializer's conversions; then each takes its models, whose own kernels a family warms
+before the shared ones. Each model is reported ready as soon as one process has warmed
+it: the server loads it from the cache then and serves it while the others compile.
 
 A helper process runs ``main`` (``PART PARTS [--processor P] SPEC...``); it prints
 ``warm SPEC`` as each model is done.
@@ -15,6 +17,7 @@ A helper process runs ``main`` (``PART PARTS [--processor P] SPEC...``); it prin
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import logging
 import os
@@ -69,23 +72,52 @@ def rotated(specs: list[str], part: int, parts: int) -> list[str]:
     return specs[start:] + specs[:start]
 
 
-def warm_part(specs: list[str], part: int, parts: int, processor: str | None, done=print) -> None:
-    """Warm every model in part ``part``'s order, calling ``done(spec)`` after each."""
+def warm_part(specs: list[str], part: int, parts: int, processor: str | None, done=print,
+              working_on=lambda what: None) -> None:
+    """Warm every model in part ``part``'s order, calling ``working_on(what)`` before each
+    step and ``done(spec)`` after each model."""
     from ..kernels import resample_pil, wirecast
     from ..pipeline.driver import Preprocessor
 
+    if part < 2:  # the resampling passes, which most models call, split between two processes
+        working_on("the resampling passes")
+        (resample_pil.warmup if part == 0 else resample_pil.warmup_rgb_rows)()
+    working_on("the payload conversions")
     wirecast.warmup()
-    primers = (resample_pil.warmup_one_size, resample_pil.warmup_two_sizes)
-    if parts == 1:
-        primers[0]()
-        primers[1]()
-    elif part < len(primers):
-        primers[part]()
-    for spec in rotated(specs, part, parts):
+    todo = rotated(specs, part, parts)
+    while todo:
+        # a model another process is on goes to the back: this one takes the next instead
+        spec = next((s for s in todo if _claim(s)), todo[0])
+        todo.remove(spec)
+        working_on(spec)
         pp = Preprocessor.from_model(spec, processor=processor, cache_bytes=0)
-        pp.warmup()
-        mark_warm(pp.spec_key)
+        if not warm_marker(pp.spec_key).exists():  # (else warm already: by another process, or before)
+            pp.warmup()
+            mark_warm(pp.spec_key)
         done(spec)
+
+
+_claims: list = []  # this process's claim files, held (flocked) until it exits
+
+
+def _claim(spec: str) -> bool:
+    """Claim ``spec`` for this process unless another one has (a non-blocking flock on a
+    file named after it in the cache, released when the process exits)."""
+    from ..kernels import CACHE_DIR
+
+    path = Path(CACHE_DIR) / "locks" / ("model-" + hashlib.blake2b(spec.encode(), digest_size=8).hexdigest())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+b")
+    except OSError:
+        return True  # nowhere to say it: warm it anyway
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _claims.append(f)
+    return True
 
 
 def compile_kernels(specs: list[str], processor: str | None = None, processes: int | None = None,
@@ -114,11 +146,13 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
         if processor:
             args[5:5] = ["--processor", processor]
         helpers.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
-    readers = [threading.Thread(target=_read_warm, args=(h, done), daemon=True) for h in helpers]
+    working: dict[int, str] = {}  # what each helper is on
+    readers = [threading.Thread(target=_read_helper, args=(h, i, done, working), daemon=True)
+               for i, h in enumerate(helpers)]
     for r in readers:
         r.start()
     stop = threading.Event()
-    ticker = threading.Thread(target=_report, args=(stop, started, warm, lock, len(specs), processes), daemon=True)
+    ticker = threading.Thread(target=_report, args=(stop, started, warm, lock, len(specs), working), daemon=True)
     ticker.start()
     try:
         for h, r in zip(helpers, readers):
@@ -134,20 +168,26 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
     log.info("kernels compiled in %.0f s by %d process(es)", time.monotonic() - started, processes)
 
 
-def _read_warm(helper: subprocess.Popen, done) -> None:
+def _read_helper(helper: subprocess.Popen, index: int, done, working: dict[int, str]) -> None:
+    """Follow a helper's ``on WHAT`` and ``warm SPEC`` lines."""
     assert helper.stdout is not None
     for line in helper.stdout:
-        if line.startswith("warm "):
-            done(line[5:].strip())
+        kind, _, what = line.strip().partition(" ")
+        if kind == "warm":
+            done(what)
+        elif kind == "on":
+            working[index] = what
+    working.pop(index, None)
 
 
 def _report(stop: threading.Event, started: float, warm: set, lock: threading.Lock, total: int,
-            processes: int) -> None:
+            working: dict[int, str]) -> None:
     while not stop.wait(PROGRESS_EVERY_S):
         with lock:
             n = len(warm)
-        log.info("compiling kernels: %.0f s, %d of %d model(s) ready, %d compiled kernel(s) in the cache, "
-                 "%d process(es)", time.monotonic() - started, n, total, _cached_kernels(), processes)
+        log.info("compiling kernels: %.0f s, %d of %d model(s) ready, %d compiled kernel(s) in the cache; "
+                 "%d process(es) on: %s", time.monotonic() - started, n, total, _cached_kernels(), len(working),
+                 "; ".join(working[i] for i in sorted(working)) or "-")
 
 
 def _cached_kernels() -> int:
@@ -166,4 +206,5 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processor")
     parser.add_argument("specs", nargs="+")
     args = parser.parse_args(argv)
-    warm_part(args.specs, args.part, args.parts, args.processor, lambda spec: print("warm", spec, flush=True))
+    warm_part(args.specs, args.part, args.parts, args.processor, lambda spec: print("warm", spec, flush=True),
+              lambda what: print("on", what, flush=True))

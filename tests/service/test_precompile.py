@@ -18,7 +18,7 @@ def test_every_model_warmed_by_parallel_processes_with_progress(caplog, monkeypa
     for spec in SPECS:
         assert text.count(f"kernels of {spec} ready after") == 1, text
     assert "kernels compiled in" in text and "by 2 process(es)" in text
-    assert "compiling kernels: " in text and "compiled kernel(s) in the cache, 2 process(es)" in text
+    assert "compiling kernels: " in text and "compiled kernel(s) in the cache; 2 process(es) on: " in text
     assert "exited with" not in text
 
 

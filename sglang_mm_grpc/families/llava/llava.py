@@ -123,9 +123,9 @@ class Llava(Family[LlavaConfig, None]):
         return {}
 
     def warmup(self) -> None:
+        window.warmup()
         resample_pil.warmup()
         resize_region.warmup()
-        window.warmup()
         # Both pass orders, no resize, thin.
         sizes = ((37, 53), (500, 40), (40, 500), (2000, 900), (900, 2000), (336, 336), (336, 500))
         self.run_batches(*([s] for s in sizes))

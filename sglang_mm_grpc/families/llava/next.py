@@ -173,8 +173,9 @@ class LlavaNext(Family[LlavaNextConfig, tuple[int, int]]):
         return {"image_sizes": np.array([[image.height, image.width]], dtype=np.int64)}
 
     def warmup(self) -> None:
-        resample_pil.warmup()
         window.warmup()
+        resample_pil.warmup()
+        resample_pil.warmup_two_sizes()
         # Both pass orders, one-axis resizes, images already of a target size.
         tile = self.config.tile
         sizes = ((37, 53), (500, 40), (40, 500), (2000, 900), (tile, tile), (tile, 2 * tile), (tile, 500))

@@ -1,0 +1,77 @@
+"""A first start serves each model as soon as its kernels are compiled: SERVING with the
+first one ready, the others' health NOT_SERVING and a call for one of them UNAVAILABLE
+(saying it loads) until theirs are in the cache too; the next start, the cache marked
+warm, loads every model before it says SERVING.
+
+The server gets a kernel cache of its own: a copy of the run's, without its warm marks
+and without the kernels only Phi-3.5 uses (``bicubic_f32``), so llava's are all there
+and Phi-3.5's take seconds to compile.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import grpc
+import pytest
+
+import imagegen
+from servers import Server, health, wait_until
+from sglang_mm_grpc import Code, PreprocessError, Preprocessor, kernels
+from sglang_mm_grpc.client import Client
+
+LLAVA = "llava-hf/llava-1.5-7b-hf"
+PHI = "microsoft/Phi-3.5-vision-instruct"
+
+
+@pytest.fixture
+def cache_without_phi(tmp_path) -> Path:
+    for spec in (LLAVA, PHI):  # the run's cache holds both (compiled here if it did not yet)
+        Preprocessor.from_model(spec, cache_bytes=0).warmup()
+    root = tmp_path / "numba"
+    shutil.copytree(kernels.CACHE_DIR, root / Path(kernels.CACHE_DIR).name,
+                    ignore=shutil.ignore_patterns("warm", "locks", "bicubic_f32.*"))
+    return root
+
+
+def test_a_first_start_serves_each_model_once_its_kernels_are_ready(tmp_path, cache_without_phi):
+    env = {"NUMBA_CACHE_DIR": str(cache_without_phi)}
+    server = Server(tmp_path, models=[LLAVA, PHI], env=env, wait=True)
+    try:
+        with Client(server.target, timeout=60) as c:
+            assert health(server.target, 2.0, service=PHI) == "NOT_SERVING"
+            with pytest.raises(PreprocessError) as e:
+                c.preprocess(PHI, [imagegen.png(40, 60, seed=1)])
+            assert e.value.code == Code.UNAVAILABLE and "still loading" in e.value.message, e.value.message
+            assert health(server.target, 2.0, service=LLAVA) == "SERVING"
+            assert [m.name for m in c.list_models()] == [LLAVA]
+            assert c.preprocess(LLAVA, [imagegen.png(40, 60, seed=1)], backend="vllm").payload.vllm.pixel_values
+            wait_until(lambda: health(server.target, 2.0, service=PHI) == "SERVING", timeout=300)
+            assert c.preprocess(PHI, [imagegen.png(40, 60, seed=1)], backend="vllm").payload.vllm.pixel_values
+            assert sorted(m.name for m in c.list_models()) == [LLAVA, PHI]
+    finally:
+        server.stop()
+    log = server.log_text()
+    assert f"SERVING on {server.target}: {LLAVA} (1 more loading)" in log, log[-3000:]
+    assert f"kernels of {PHI} ready after" in log and f"SERVING {PHI} too (2 of 2 models; 0 loading)" in log
+    assert "exited with" not in log
+
+    again = Server(tmp_path, models=[LLAVA, PHI], env=env, name="again")  # warm now
+    try:
+        assert health(again.target, 2.0, service=PHI) == health(again.target, 2.0, service=LLAVA) == "SERVING"
+    finally:
+        again.stop()
+    assert "compiling kernels" not in again.log_text() and f"{LLAVA}, {PHI}" in again.log_text()
+
+
+def test_a_health_service_per_model(tmp_path):
+    """Each served model is a health service of its own name, as the whole server is ""."""
+    server = Server(tmp_path, models=[LLAVA])
+    try:
+        assert health(server.target, 2.0, service=LLAVA) == "SERVING"
+        with pytest.raises(grpc.RpcError) as e:
+            health(server.target, 2.0, service="no/such-model")
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        server.stop()
