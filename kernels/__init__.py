@@ -87,7 +87,10 @@ def cached() -> bool:
 
 
 def machine() -> str:
-    """The CPU the cache's entries are for (numba keys them by its name and features)."""
-    from numba.core.registry import cpu_target
+    """The CPU the cache's entries are for (numba keys them by its name and features, which
+    ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` may set)."""
+    from llvmlite import binding
 
-    return repr(cpu_target.target_context.codegen().magic_tuple())
+    return repr((binding.get_process_triple(), binding.get_host_cpu_name(),
+                 binding.get_host_cpu_features().flatten(), os.environ.get("NUMBA_CPU_NAME"),
+                 os.environ.get("NUMBA_CPU_FEATURES")))

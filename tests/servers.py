@@ -108,16 +108,33 @@ class Proc:
             self.p.wait()
 
 
-def wait_serving(target: str, proc: Proc, timeout: float = 120.0) -> float:
-    """Seconds until health says SERVING; otherwise the process is killed and RuntimeError
-    (with the log's tail) raised."""
+def served_names(models) -> list[str]:
+    """The names a server given these ``--model`` specs serves them as (none: every
+    preset); [] when a spec does not load (that server is meant to fail)."""
+    from sglang_mm_grpc import config
+
+    try:
+        return [config.load(m).name for m in models] if models else config.preset_names()
+    except Exception:
+        return []
+
+
+def wait_serving(target: str, proc: Proc, timeout: float = 120.0, models=None) -> float:
+    """Seconds until health says SERVING, and with ``models`` (``--model`` specs; () for
+    every preset; a ``Server``'s own by default) until each of them does too: a first
+    start serves each model once its kernels are compiled. Otherwise the process is
+    killed and RuntimeError (with the log's tail) raised."""
     t0 = time.monotonic()
+    models = getattr(proc, "models", None) if models is None else models
+    services = ["", *served_names(models)] if models is not None else [""]
     with grpc.insecure_channel(target, LOOPBACK) as ch:
         while time.monotonic() - t0 < timeout:
             if not proc.alive():
                 raise RuntimeError(f"{target} exited with {proc.p.returncode}:\n{proc.log_text()[-4000:]}")
             try:
-                if health(target, 1.0, ch) == "SERVING":
+                while services and health(target, 1.0, ch, service=services[0]) == "SERVING":
+                    services.pop(0)
+                if not services:
                     return time.monotonic() - t0
             except grpc.RpcError:
                 pass
@@ -165,6 +182,7 @@ class Server(Proc):
     ):
         self.port = port or free_port()
         self.target = f"127.0.0.1:{self.port}"
+        self.models = list(models)
         SHM_OWNERS.update(shm_owners(args, self.port))
         argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(self.port), "--workers", str(workers)]
         for m in models:

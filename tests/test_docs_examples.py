@@ -89,7 +89,7 @@ def workdir(tmp_path_factory) -> Path:
     server = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "serve", "--port", str(PORT),
                    "--workers", "2"], work / "server.log")
     try:
-        wait_serving(TARGET, server, timeout=300)
+        wait_serving(TARGET, server, timeout=600, models=())  # every preset, as the docs call any
         yield work
     finally:
         server.signal(signal.SIGTERM)

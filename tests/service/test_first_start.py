@@ -37,8 +37,9 @@ def cache_without_phi(tmp_path) -> Path:
 
 def test_a_first_start_serves_each_model_once_its_kernels_are_ready(tmp_path, cache_without_phi):
     env = {"NUMBA_CACHE_DIR": str(cache_without_phi)}
-    server = Server(tmp_path, models=[LLAVA, PHI], env=env, wait=True)
+    server = Server(tmp_path, models=[LLAVA, PHI], env=env, wait=False)
     try:
+        assert wait_until(lambda: status(server.target) == "SERVING", timeout=300), server.log_text()[-3000:]
         with Client(server.target, timeout=60) as c:
             assert health(server.target, 2.0, service=PHI) == "NOT_SERVING"
             with pytest.raises(PreprocessError) as e:
@@ -63,6 +64,13 @@ def test_a_first_start_serves_each_model_once_its_kernels_are_ready(tmp_path, ca
     finally:
         again.stop()
     assert "compiling kernels" not in again.log_text() and f"{LLAVA}, {PHI}" in again.log_text()
+
+
+def status(target: str, service: str = "") -> str | None:
+    try:
+        return health(target, 2.0, service=service)
+    except grpc.RpcError:  # not listening yet
+        return None
 
 
 def test_a_health_service_per_model(tmp_path):
