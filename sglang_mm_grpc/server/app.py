@@ -5,7 +5,8 @@ in the worker pool, warm the gRPC transport (``transport_warmup``), then report
 SERVING. CPU work runs on a thread pool sized to the cores (the kernels release the
 GIL). SIGTERM/SIGINT: health NOT_SERVING at once, keep serving for ``drain_delay_s``
 (routers and Kubernetes see NOT_SERVING and move away), then refuse new RPCs with
-UNAVAILABLE (``gate.py``), let in-flight ones finish within the grace period, exit 0.
+UNAVAILABLE (``gate.py``), let in-flight ones finish within the grace period, exit 0
+(during a first start's kernel compile: its helper processes are killed at once).
 Counters are served by GetStats and, with ``metrics_port``, as Prometheus text over HTTP
 on ``metrics_host`` (loopback unless asked), guarded as the gRPC port is (the same tokens,
 TLS files and client CA). With TLS files the port speaks TLS (mTLS with a client CA); with
@@ -21,6 +22,7 @@ import functools
 import logging
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -208,6 +210,7 @@ class Server:
         # A process of serve --processes binds only once warm (load(); before_listen).
         self.before_listen = None
         self._deferred = config.processes > 1
+        self._cancel_compile = threading.Event()  # set: a first start's kernel compile stops
 
     async def start(self) -> int | None:
         """Bind and start answering (NOT_SERVING until ``load`` finishes); returns the port
@@ -366,11 +369,17 @@ class Server:
             processes = precompile.default_processes()
             log.info("compiling kernels (first start only: a few minutes for every preset, in %d process(es); later "
                      "starts load them from the cache in seconds)", processes)
-            await loop.run_in_executor(None, precompile.compile_kernels, specs, self.config.processor, processes)
+            await loop.run_in_executor(None, functools.partial(
+                precompile.compile_kernels, specs, self.config.processor, processes, cancel=self._cancel_compile))
         for i, spec in enumerate(specs, start=1):
             log.info("loading %s (%d of %d)", spec, i, len(specs))
             await self._add(spec)
         await self._serving()
+
+    def cancel_load(self, loading: asyncio.Task) -> None:
+        """Stop ``load`` (its task): the kernel compile's helpers are killed at once."""
+        self._cancel_compile.set()
+        loading.cancel()
 
     async def serve_while_compiling(self, names: dict[str, str]) -> None:
         """SERVING as soon as the first model's kernels are compiled and loaded, each other
@@ -395,7 +404,8 @@ class Server:
             loop.call_soon_threadsafe(ready.put_nowait, spec)
 
         compiling = loop.run_in_executor(None, functools.partial(
-            precompile.compile_kernels, specs, self.config.processor, processes, on_ready=on_ready))
+            precompile.compile_kernels, specs, self.config.processor, processes, on_ready=on_ready,
+            cancel=self._cancel_compile))
         compiling.add_done_callback(lambda _: ready.put_nowait(None))
         waiting = list(specs)
         while waiting:
@@ -543,9 +553,10 @@ async def serve(config: ServerConfig, *, before_listen=None, signals=(signal.SIG
     loading = loop.create_task(server.load())
     stopping = loop.create_task(stop.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not loading.done():  # a signal while loading: the load thread cannot be interrupted
+    if not loading.done():  # a signal while loading: a compile stops now, a model's load finishes first
+        server.cancel_load(loading)
         await asyncio.wait({loading})
-    error = loading.exception()
+    error = None if loading.cancelled() else loading.exception()
     if error is not None:
         log.error("cannot load models: %s", getattr(error, "message", error))
         code = 1

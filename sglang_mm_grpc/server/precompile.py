@@ -121,11 +121,12 @@ def _claim(spec: str) -> bool:
 
 
 def compile_kernels(specs: list[str], processor: str | None = None, processes: int | None = None,
-                    on_ready: Callable[[str], None] | None = None) -> None:
+                    on_ready: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> None:
     """Compile every kernel these models use into the cache, in ``processes`` helper
     processes, logging progress every ``PROGRESS_EVERY_S`` seconds; ``on_ready(spec)``
     (from another thread) as each model's kernels are all in the cache. A helper that
-    fails leaves its models to the others (or, the last one gone, to whoever loads them)."""
+    fails leaves its models to the others (or, the last one gone, to whoever loads them).
+    ``cancel`` set: the helpers are killed and this returns (a server told to stop)."""
     processes = processes or default_processes()
     started = time.monotonic()
     warm: set[str] = set()
@@ -154,17 +155,24 @@ def compile_kernels(specs: list[str], processor: str | None = None, processes: i
     stop = threading.Event()
     ticker = threading.Thread(target=_report, args=(stop, started, warm, lock, len(specs), working), daemon=True)
     ticker.start()
+    cancel = cancel or threading.Event()
     try:
-        for h, r in zip(helpers, readers):
-            if h.wait() != 0:
-                log.warning("a kernel-compiling process exited with %s", h.returncode)
-            r.join()
+        while any(h.poll() is None for h in helpers) and not cancel.wait(0.1):
+            pass
     finally:
         stop.set()
         for h in helpers:
             if h.poll() is None:
                 h.kill()
                 h.wait()
+        for r in readers:
+            r.join()
+    if cancel.is_set():
+        log.info("kernel compile stopped after %.0f s", time.monotonic() - started)
+        return
+    for h in helpers:
+        if h.returncode != 0:
+            log.warning("a kernel-compiling process exited with %s", h.returncode)
     log.info("kernels compiled in %.0f s by %d process(es)", time.monotonic() - started, processes)
 
 

@@ -1,7 +1,8 @@
 """A first start serves each model as soon as its kernels are compiled: SERVING with the
 first one ready, the others' health NOT_SERVING and a call for one of them UNAVAILABLE
 (saying it loads) until theirs are in the cache too; the next start, the cache marked
-warm, loads every model before it says SERVING.
+warm, loads every model before it says SERVING. A signal during the compile stops it at
+once.
 
 The server gets a kernel cache of its own: a copy of the run's, without its warm marks
 and without the kernels only Phi-3.5 uses (``bicubic_f32``), so llava's are all there
@@ -11,6 +12,8 @@ and Phi-3.5's take seconds to compile.
 from __future__ import annotations
 
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -83,3 +86,34 @@ def test_a_health_service_per_model(tmp_path):
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         server.stop()
+
+
+def test_a_signal_stops_a_first_start_at_once(tmp_path):
+    """SIGTERM while the kernels compile: the helpers are killed and the server exits 0
+    within seconds, not once the compile is done."""
+    cache = tmp_path / "empty-cache"
+    server = Server(tmp_path, models=[LLAVA], env={"NUMBA_CACHE_DIR": str(cache)}, wait=False)
+    try:
+        assert wait_until(lambda: "compiling kernels: " in server.log_text(), timeout=120), server.log_text()
+        assert _processes_using(cache), "no helper compiling"
+        server.signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        assert server.wait(60) == 0, server.log_text()[-3000:]
+        assert time.monotonic() - t0 < 15
+    finally:
+        server.stop()
+    assert wait_until(lambda: not _processes_using(cache), timeout=10), "helpers left running"
+    assert "kernel compile stopped after" in server.log_text()
+
+
+def _processes_using(cache: Path) -> list[int]:
+    """The processes whose environment names ``cache`` as their NUMBA_CACHE_DIR."""
+    mark = f"NUMBA_CACHE_DIR={cache}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:
+            pass
+    return found
