@@ -295,16 +295,19 @@ def vertical_pass(src, dst, bounds, kk):
         pack_into(block[:k], dst[y0:y0 + k])
 
 
+def any_channels(nc: int) -> tuple:
+    """The trailing argument ``horizontal_pass`` and ``separable`` take for ``nc`` output
+    channels: none for RGB (the pruned specialization every model uses), else the flag."""
+    return () if nc == 3 else (True,)
+
+
 def resample_horizontal(src, dst, row0, bounds, kk) -> None:
     """dst[y, x, c] = clip8(sum_i src[y + row0, bounds[x,0] + i, c] * kk[x, i]) for y in
     range(dst.shape[0]). A 4-channel ``src`` with a 3-channel ``dst`` is RGBX: its fourth
     byte is padding, never read into the result. Any array layouts."""
     d = np.ascontiguousarray(dst)
-    args = (np.ascontiguousarray(src), d, np.int64(row0), np.ascontiguousarray(bounds), np.ascontiguousarray(kk))
-    if d.shape[2] == 3:
-        horizontal_pass(*args)
-    else:
-        horizontal_pass(*args, True)
+    horizontal_pass(np.ascontiguousarray(src), d, np.int64(row0), np.ascontiguousarray(bounds),
+                    np.ascontiguousarray(kk), *any_channels(d.shape[2]))
     if d is not dst:
         dst[...] = d
 
@@ -483,10 +486,8 @@ def _resample(img: np.ndarray, out_h: int, out_w: int, filter: int, nc: int) -> 
     in_h, in_w = img.shape[:2]
     bh, kh = _cached_coeffs(in_w, out_w, filter) if out_w != in_w else _NO_COEFFS
     bv, kv = _cached_coeffs(in_h, out_h, filter) if out_h != in_h else _NO_COEFFS
-    h_first = horizontal_first(in_h, in_w, out_h, out_w)
-    if nc == 3:
-        return separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first)
-    return separable(img, out_h, out_w, bh, kh, bv, kv, nc, h_first, True)
+    return separable(img, out_h, out_w, bh, kh, bv, kv, nc, horizontal_first(in_h, in_w, out_h, out_w),
+                     *any_channels(nc))
 
 
 def _checked_target(filter, out_h, out_w) -> tuple[int, int, int]:
@@ -544,8 +545,11 @@ def warmup() -> None:
     kernels' entries (which give them C-contiguous arrays whatever the caller has).
     ``warmup_two_sizes``: ``resize_rgb_two``'s, for the families that resize to two
     sizes at once. ``resize`` of other channel counts (grey, LA, RGBA: no model's path)
-    compiles on first use (``warmup_any_channels``)."""
-    _warm_resize(3)
+    compiles on first use."""
+    a = (np.arange(5 * 7 * 3, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, 3)
+    for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
+        resize(a, 3, 4, f)
+        resize(a, 9, 2, f)
     bounds, kk = coeffs(7, 4, BICUBIC)
     a = np.zeros((5, 7, 3), np.uint8)
     resample_horizontal(a[:, :6], np.empty((5, 4, 3), np.uint8), 0, bounds, kk)
@@ -560,19 +564,6 @@ def warmup_rgb_rows() -> None:
     bounds, kk = coeffs(7, 4, BICUBIC)
     for sp in (3, 4):
         horizontal_rgb(np.zeros(5 * 7 * sp, np.uint8), np.empty(5 * 4 * 3, np.uint8), 7, bounds, kk, sp)
-
-
-def warmup_any_channels() -> None:
-    """``resize`` of grey, LA and RGBA images, every filter."""
-    for nc in (1, 2, 4):
-        _warm_resize(nc)
-
-
-def _warm_resize(nc: int) -> None:
-    a = (np.arange(5 * 7 * nc, dtype=np.int64) * 37 % 256).astype(np.uint8).reshape(5, 7, nc)
-    for f in (NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING):
-        resize(a, 3, 4, f)
-        resize(a, 9, 2, f)
 
 
 def warmup_two_sizes() -> None:

@@ -207,9 +207,7 @@ def _resize_aa(img: np.ndarray, out_h: int, out_w: int, mode: str, nc: int) -> n
     kind = _check(in_w, out_w, mode)
     bh, _, _, kh = _cached(in_w, out_w, kind) if out_w != in_w else (*_NO_COEFFS, 0, _NO_COEFFS[1])
     bv, _, _, kv = _cached(in_h, out_h, kind) if out_h != in_h else (*_NO_COEFFS, 0, _NO_COEFFS[1])
-    if nc == 3:
-        return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True)
-    return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True, True)
+    return resample_pil.separable(img, out_h, out_w, bh, kh, bv, kv, nc, True, *resample_pil.any_channels(nc))
 
 
 def resize_rgb_two(pixels: np.ndarray, size_a: tuple[int, int], size_b: tuple[int, int], mode: str = "bicubic") -> tuple[np.ndarray, np.ndarray]:

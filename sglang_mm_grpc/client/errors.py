@@ -72,8 +72,6 @@ def raising_remote_errors(method):
     def call(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except RemoteError:
-            raise
         except grpc.RpcError as e:
             raise RemoteError(e) from None
 

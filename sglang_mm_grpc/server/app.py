@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -55,7 +56,6 @@ from .siblings import Siblings
 from ..wire.shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
 from ..service.handles import HandleStore
 from ..service.transport import Transport, default_min_bytes, default_transport
-from ..kernels import cached as kernels_cached
 from ..kernels import wirecast
 from .transport_warmup import warm_transport
 from . import precompile
@@ -360,16 +360,18 @@ class Server:
         ready (``serve_while_compiling``)."""
         specs = self.config.models or preset_names()
         models = {spec: model_config.load(spec, processor=self.config.processor) for spec in specs}
-        if not self._deferred and not all(precompile.warm_marker(m.family.fingerprint()).exists()
-                                          for m in models.values()):
+        twice = [name for name, n in Counter(m.name for m in models.values()).items() if n > 1]
+        if twice:
+            raise ValueError(f"two models are served as {twice[0]!r}; name one of them with NAME=DIR")
+        first_start = not all(precompile.warm_marker(m.family.fingerprint()).exists() for m in models.values())
+        if first_start and not self._deferred:
             await self.serve_while_compiling({spec: m.name for spec, m in models.items()})
             return
-        loop = asyncio.get_running_loop()
-        if not kernels_cached():
+        if first_start:
             processes = precompile.default_processes()
             log.info("compiling kernels (first start only: a few minutes for every preset, in %d process(es); later "
                      "starts load them from the cache in seconds)", processes)
-            await loop.run_in_executor(None, functools.partial(
+            await asyncio.get_running_loop().run_in_executor(None, functools.partial(
                 precompile.compile_kernels, specs, self.config.processor, processes, cancel=self._cancel_compile))
         for i, spec in enumerate(specs, start=1):
             log.info("loading %s (%d of %d)", spec, i, len(specs))
@@ -388,9 +390,6 @@ class Server:
         ``names``: the served name of each model spec."""
         loop = asyncio.get_running_loop()
         specs = list(names)
-        twice = sorted({n for n in names.values() if list(names.values()).count(n) > 1})
-        if twice:
-            raise ValueError(f"two models are served as {twice[0]!r}; name one of them with NAME=DIR")
         for name in names.values():
             await self.health.set(name, NOT_SERVING)
         processes = precompile.default_processes()
@@ -427,8 +426,6 @@ class Server:
     async def _add(self, spec: str) -> None:
         """Load ``spec`` (its kernels from the cache) into ``preprocessors``."""
         pp = await asyncio.get_running_loop().run_in_executor(self.executor, self._load_one, spec)
-        if pp.name in self.preprocessors:
-            raise ValueError(f"two models are served as {pp.name!r}; name one of them with NAME=DIR")
         self.preprocessors[pp.name] = pp
 
     async def _serving(self, loading: list[str] | tuple = ()) -> None:
