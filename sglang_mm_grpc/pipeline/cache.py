@@ -8,6 +8,11 @@ A video is keyed the same way, its spec part also naming the video processor its
 options configured (sampling, pixel bounds), so another fps is another entry.
 Bounded in bytes with LRU eviction; thread-safe. Cached arrays are read-only and may
 be handed out as is (a single-image request returns the cached tensor itself).
+
+An entry that would cost a copy the call does not otherwise make (an image the kernels
+wrote into a shared-memory segment a worker reads and removes) is kept only from its
+second miss on (``missed_before``): a copy into fresh pages cost 0.7 ms for a 5.6 MB
+uint8 tensor and 13 ms for a 22.5 MB float32 one here, paid by every never-repeated image.
 """
 
 from __future__ import annotations
@@ -74,11 +79,16 @@ class CacheStats:
     peak_bytes: int = 0  # the most ever held at once (never above max_bytes)
 
 
+#: How many missed keys the cache remembers (``missed_before``): ~200 bytes each.
+MISSES_REMEMBERED = 16384
+
+
 class PreprocessCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str], CachedItem | CachedVideo[Any]] = OrderedDict()
+        self._missed: OrderedDict[tuple[str, str], int] = OrderedDict()  # key -> its misses (the latest last)
         self._bytes = 0
         self._stats = CacheStats(max_bytes=self.max_bytes)
 
@@ -87,6 +97,9 @@ class PreprocessCache:
             entry = self._entries.get(key)
             if entry is None:
                 self._stats.misses += 1
+                self._missed[key] = self._missed.pop(key, 0) + 1
+                if len(self._missed) > MISSES_REMEMBERED:
+                    self._missed.popitem(last=False)
                 return None
             self._entries.move_to_end(key)
             self._stats.hits += 1
@@ -97,6 +110,12 @@ class PreprocessCache:
         (a plan asks whether a Preprocess would hit; it uses nothing)."""
         with self._lock:
             return self._entries.get(key)
+
+    def missed_before(self, key: tuple[str, str]) -> bool:
+        """Whether ``key`` missed before its latest miss (of the last ``MISSES_REMEMBERED``
+        keys that missed): seen again, so worth a copy."""
+        with self._lock:
+            return self._missed.get(key, 0) > 1
 
     def admits(self, nbytes: int) -> bool:
         """Whether an entry of ``nbytes`` can be held at all (counted as too large if
@@ -124,12 +143,14 @@ class PreprocessCache:
                 self._bytes -= evicted.nbytes
                 self._stats.evictions += 1
             self._entries[key] = item
+            self._missed.pop(key, None)
             self._bytes += nbytes
             self._stats.peak_bytes = max(self._stats.peak_bytes, self._bytes)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._missed.clear()
             self._bytes = 0
 
     @property

@@ -472,7 +472,7 @@ class Preprocessor:
             aux = a.target.family.process_item(self._decode(a), a.plan, pixel_values[slot])
             entry = self._cache_entry(a, aux, pixel_values, slot, cache, lent) if cache is not None else None
             if cache is not None and entry is not None:
-                cache.put((a.hash, a.target.spec_key), entry)
+                cache.put(_key(a), entry)
         a.process_ms = (time.perf_counter() - tp) * 1e3 - a.decode_ms
         return aux
 
@@ -494,7 +494,11 @@ class Preprocessor:
                      lent: bool = False) -> CachedItem | None:
         """The item as a single-image batch: the request's own arrays when it is the only
         image (no copy), else (or when the memory is the caller's) a copy of its slot into
-        a fresh single-image batch; None when that copy is too large for the cache to keep."""
+        a fresh single-image batch; None when that copy is too large for the cache to keep,
+        or when the memory is the caller's and the image missed for the first time (see
+        ``cache``: a one-off image staged in shared memory pays no copy)."""
+        if lent and not cache.missed_before(_key(a)):
+            return None
         shape, (single_slot,) = self.family.batch_shape([a.plan])
         if lent or pixel_values.shape != shape or slot != single_slot:
             if not cache.admits(int(np.prod(shape)) * pixel_values.itemsize):
@@ -503,6 +507,11 @@ class Preprocessor:
             batch[single_slot] = pixel_values[slot]
             pixel_values, slot = batch, single_slot
         return CachedItem(a.height, a.width, a.plan, pixel_values, slot, aux)
+
+
+def _key(a: _Admitted) -> tuple[str, str]:
+    """The admitted image's cache key."""
+    return a.hash, a.target.spec_key
 
 
 def _within(plan: ItemPlan[Any], height: int, width: int, item: int, budget: tuple[int, str],

@@ -97,3 +97,27 @@ def test_warmup_and_uncached_calls_leave_the_cache_alone():
     assert out.pixel_values.flags.writeable  # not a cached (read-only) tensor
     pp.preprocess([A])
     assert (pp.cache.stats.misses, pp.cache.stats.items) == (1, 1)
+
+
+def test_an_image_in_the_callers_memory_is_kept_from_its_second_miss():
+    """Pixels written into the caller's memory (a shared-memory segment a worker reads and
+    removes) cost the cache a copy: a first miss is not kept, a second one is, and the
+    third call hits with the same output; an image in the request's own arrays is kept at
+    once."""
+    lent: list[np.ndarray] = []
+
+    def allocate(shape, tensor, dtype):
+        lent.append(np.empty(shape, dtype))
+        return lent[-1]
+
+    pp = Preprocessor.from_model(QWEN)
+    first = pp.preprocess([A], allocate=allocate)
+    assert first.pixel_values is lent[0] and pp.cache.stats.items == 0
+    second = pp.preprocess([A], allocate=allocate)
+    assert pp.cache.stats.items == 1 and [t["cached"] for t in second.item_timings_ms] == [False]
+    lent[1][:] = 0  # the caller's memory is theirs: the cache kept a copy
+    third = pp.preprocess([A], allocate=allocate)
+    assert [t["cached"] for t in third.item_timings_ms] == [True]
+    same(third, first)
+    pp.preprocess([B])  # the request's own arrays
+    assert [t["cached"] for t in pp.preprocess([B]).item_timings_ms] == [True]
