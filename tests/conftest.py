@@ -9,7 +9,7 @@ here for every process the tests start, so a server, a wheel install or a clone 
 same kernel sources loads what another compiled instead of compiling again.
 
 Tiers: every test is marked with its folder (``core``, ``kernels``, ``media``,
-``parity``, ``video``, ``service``, ``reliability``) and ``slow`` when it belongs to the
+``parity``, ``video``, ``service``, ``reliability``, ``sidecar``) and ``slow`` when it belongs to the
 full tier: the service and reliability folders, the packaging, fresh-clone, docs, deploy
 and type-check tests, and the inputs marked ``slow`` where they are. ``-m "not slow"``
 runs the fast tier.

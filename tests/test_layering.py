@@ -51,10 +51,13 @@ LAYERS: dict[str, dict[str, list[str]]] = {
         "third_party": ["grpc", "grpc_health", "grpc_reflection", "prometheus_client", "numpy"],
     },
     "client": {"may_import": ["wire", "_proto", "core"], "third_party": ["grpc", "grpc_health", "numpy"]},
+    # the vLLM worker's media sidecar: the gateway's Redis protocol, vLLM's msgpack
+    "sidecar": {"may_import": ["pipeline", "config", "families", "media", "core"],
+                "third_party": ["numpy", "msgspec", "redis"]},
     # the package's public names (the in-process Preprocessor)
     "api": {"may_import": ["pipeline", "core"], "third_party": []},
     "cli": {
-        "may_import": ["api", "client", "server", "service", "wire", "_proto", "pipeline", "config", "families",
+        "may_import": ["api", "client", "server", "service", "sidecar", "wire", "_proto", "pipeline", "config", "families",
                        "media", "core", "kernels"],
         "third_party": ["numpy", "grpc", "grpc_reflection", "google.protobuf"],
     },

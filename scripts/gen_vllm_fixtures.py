@@ -1,0 +1,261 @@
+"""Generate golden vLLM msgpack bytes for Qwen2-VL ``MultiModalKwargsItem``s.
+
+Two steps, in two venvs:
+
+    .venv/bin/python scripts/gen_vllm_fixtures.py --make-inputs tests/sidecar/fixtures/inputs.npz
+    /path/to/vllm-venv/bin/python scripts/gen_vllm_fixtures.py \
+        --inputs tests/sidecar/fixtures/inputs.npz --out tests/sidecar/fixtures
+
+The first (the project's venv) preprocesses small PNGs with this service (Qwen2-VL, raw
+uint8 pixels, as a device-normalizing vLLM engine takes them) and stores the PNGs and
+the tensors; the second (a venv with vLLM 0.33.0 and its torch, ``pip install
+vllm==0.33.0``) encodes them with vLLM's own code. tests/sidecar/test_vllm_items.py
+checks that the service still produces those tensors and encodes them to these bytes.
+
+What it does
+------------
+For every case in an input ``.npz`` (keys ``<case>/pixel_values`` — uint8,
+shape (N, 1176) — and ``<case>/image_grid_thw`` — int64, shape (items, 3)),
+this script builds the per-image ``MultiModalKwargsItem``s with vLLM's own
+code, exactly as vLLM 0.33.0 does for Qwen2-VL images:
+
+* field config: ``vllm.model_executor.models.qwen2_vl._create_qwen2vl_field_factory``
+  with ``spatial_merge_size=2`` (the Qwen2-VL vision config default; this is
+  what ``Qwen2VLMultiModalProcessor._get_mm_fields_config`` passes). It gives
+  ``pixel_values = MultiModalFieldConfig.flat_from_sizes("image", grid.prod(-1))``
+  and ``image_grid_thw = MultiModalFieldConfig.batched("image", keep_on_cpu=True)``;
+* splitting into items: ``MultiModalKwargsItems.from_hf_inputs(BatchFeature, config)``
+  (the call ``BaseMultiModalProcessor._apply_hf_processor`` makes);
+
+then encodes each item with
+``vllm.v1.serial_utils.MsgpackEncoder(size_threshold=2**62).encode(item)``
+(which must return exactly one buffer: every tensor is inlined as msgpack
+ext type 3), and writes
+
+* ``<out>/<case>_<index>.msgpack`` — the raw encoded bytes,
+* ``<out>/MANIFEST.json`` — files, sha256 of each, vllm / torch / msgspec
+  versions, PYTHONHASHSEED and the per-item key order.
+
+Each file is decoded back with ``MsgpackDecoder(MultiModalKwargsItem)`` and the
+decoded tensors are checked against the inputs (one line printed per item).
+
+Key order caveat
+----------------
+``from_hf_inputs`` collects the keys of a modality in a ``set[str]``, so the
+key order inside an item (``pixel_values`` / ``image_grid_thw``) depends on
+Python's string hash randomisation; in vLLM it varies between processes. To
+make the fixtures reproducible this script re-executes itself with a fixed
+``PYTHONHASHSEED`` (``--hash-seed``, default 0, which gives
+``pixel_values`` first; e.g. seed 2 gives ``image_grid_thw`` first). Decoders
+should therefore accept either order.
+
+vLLM version: 0.33.0 (checked at start-up), with torch 2.14.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+EXPECTED_VLLM_VERSION = "0.33.0"
+SPATIAL_MERGE_SIZE = 2  # Qwen2VLVisionConfig.spatial_merge_size default
+SIZE_THRESHOLD = 2**62
+
+
+def _parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--make-inputs", type=Path, help="write the service's tensors here (the project's venv)")
+    p.add_argument("--inputs", type=Path, help="input .npz")
+    p.add_argument("--out", type=Path, help="output directory")
+    p.add_argument(
+        "--hash-seed",
+        default="0",
+        help="PYTHONHASHSEED to pin (controls per-item key order); default 0",
+    )
+    return p.parse_args()
+
+
+def _ensure_hash_seed(seed: str) -> None:
+    if os.environ.get("PYTHONHASHSEED") != seed:
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+#: case -> its images (height, width, seed of tests/imagegen.png), as one request
+CASES = {"one": [(56, 84, 1)], "two": [(56, 84, 2), (84, 112, 3)]}
+MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+
+
+def make_inputs(path: Path) -> None:
+    """The service's raw pixels for each case, with the PNGs they came from."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import imagegen
+    from sglang_mm_grpc import Preprocessor
+
+    pp = Preprocessor.from_model(MODEL, cache_bytes=0)
+    arrays = {}
+    for case, images in CASES.items():
+        pngs = [imagegen.png(h, w, seed=seed) for h, w, seed in images]
+        out = pp.preprocess(pngs, raw=True)
+        arrays[f"{case}/pixel_values"] = out.pixel_values
+        arrays[f"{case}/image_grid_thw"] = out.tensors["image_grid_thw"].astype(np.int64)
+        for i, png in enumerate(pngs):
+            arrays[f"{case}/png{i}"] = np.frombuffer(png, np.uint8)
+    np.savez_compressed(path, **arrays)
+    print(f"wrote {path}")
+
+
+def _load_cases(path: Path) -> dict[str, dict]:
+    import numpy as np
+
+    cases: dict[str, dict] = {}
+    with np.load(path, allow_pickle=False) as npz:
+        for key in npz.files:
+            case, _, tensor = key.partition("/")
+            if not tensor:
+                raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
+            cases.setdefault(case, {})[tensor] = npz[key]
+    for case, arrs in cases.items():
+        for name in [k for k in arrs if k.startswith("png")]:
+            del arrs[name]
+        missing = {"pixel_values", "image_grid_thw"} - arrs.keys()
+        if missing:
+            raise ValueError(f"case {case!r} misses {sorted(missing)}")
+        pv, thw = arrs["pixel_values"], arrs["image_grid_thw"]
+        if pv.dtype != np.uint8 or pv.ndim != 2 or pv.shape[1] != 1176:
+            raise ValueError(f"{case}/pixel_values: {pv.dtype} {pv.shape}")
+        if thw.dtype != np.int64 or thw.ndim != 2 or thw.shape[1] != 3:
+            raise ValueError(f"{case}/image_grid_thw: {thw.dtype} {thw.shape}")
+        if int(thw.prod(-1).sum()) != pv.shape[0]:
+            raise ValueError(f"{case}: sum(prod(grid)) != rows of pixel_values")
+    return cases
+
+
+def _describe(encoded_item: dict) -> list:
+    """Human-readable structure of what MsgpackEncoder encodes for an item."""
+    out = []
+    for key, elem in encoded_item.items():
+        dtype, shape, _ = elem["data"]
+        name, kw = elem["field"]
+        out.append(
+            {
+                "key": key,
+                "data": [dtype, list(shape), "ext3"],
+                "field": [name, {k: repr(v) for k, v in kw.items()}],
+            }
+        )
+    return out
+
+
+def main() -> None:
+    args = _parse_args()
+    if args.make_inputs:
+        make_inputs(args.make_inputs)
+        return
+    if not (args.inputs and args.out):
+        sys.exit("--inputs and --out, or --make-inputs")
+    _ensure_hash_seed(args.hash_seed)
+
+    import msgspec
+    import numpy as np
+    import torch
+    import vllm
+    from transformers import BatchFeature
+    from vllm.model_executor.models.qwen2_vl import _create_qwen2vl_field_factory
+    from vllm.multimodal.inputs import MultiModalKwargsItem, MultiModalKwargsItems
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+
+    if vllm.__version__ != EXPECTED_VLLM_VERSION:
+        sys.exit(f"need vllm {EXPECTED_VLLM_VERSION}, found {vllm.__version__}")
+
+    cases = _load_cases(args.inputs)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    encoder = MsgpackEncoder(size_threshold=SIZE_THRESHOLD)
+    decoder = MsgpackDecoder(MultiModalKwargsItem)
+    field_factory = _create_qwen2vl_field_factory(SPATIAL_MERGE_SIZE)
+
+    files = []
+    for case in sorted(cases):
+        pv_np = cases[case]["pixel_values"]
+        thw_np = cases[case]["image_grid_thw"]
+        hf_inputs = BatchFeature(
+            {
+                "pixel_values": torch.from_numpy(pv_np),
+                "image_grid_thw": torch.from_numpy(thw_np),
+            }
+        )
+        # Same two calls as BaseMultiModalProcessor._apply_hf_processor.
+        config_by_key = field_factory(hf_inputs)
+        mm_kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config_by_key)
+        if set(mm_kwargs.keys()) != {"image"}:
+            raise AssertionError(f"unexpected modalities {list(mm_kwargs.keys())}")
+        items = mm_kwargs["image"]
+        if len(items) != thw_np.shape[0]:
+            raise AssertionError(f"{case}: {len(items)} items, {thw_np.shape[0]} grids")
+
+        row_starts = np.concatenate([[0], np.cumsum(thw_np.prod(-1))])
+        for idx, item in enumerate(items):
+            bufs = encoder.encode(item)
+            if len(bufs) != 1:
+                raise AssertionError(f"{case}_{idx}: encoder returned {len(bufs)} buffers")
+            raw = bytes(bufs[0])
+            fname = f"{case}_{idx}.msgpack"
+            (args.out / fname).write_bytes(raw)
+
+            # Round trip with vLLM's decoder and compare against the inputs.
+            decoded = decoder.decode(raw)
+            exp_pv = pv_np[row_starts[idx] : row_starts[idx + 1]]
+            exp_thw = thw_np[idx]
+            got_pv = decoded["pixel_values"].data
+            got_thw = decoded["image_grid_thw"].data
+            assert list(decoded.keys()) == list(item.keys())
+            assert got_pv.dtype == torch.uint8 and tuple(got_pv.shape) == exp_pv.shape
+            assert got_thw.dtype == torch.int64 and tuple(got_thw.shape) == exp_thw.shape
+            assert np.array_equal(got_pv.numpy(), exp_pv)
+            assert np.array_equal(got_thw.numpy(), exp_thw)
+            assert decoded == item  # MultiModalFieldElem.__eq__ (data + field type)
+
+            structure = _describe(msgspec.msgpack.decode(raw))
+            files.append(
+                {
+                    "file": fname,
+                    "case": case,
+                    "index": idx,
+                    "bytes": len(raw),
+                    "sha256": hashlib.sha256(raw).hexdigest(),
+                    "keys": list(item.keys()),
+                    "structure": structure,
+                }
+            )
+            print(
+                f"{fname}: ok {len(raw)} bytes keys={list(item.keys())} "
+                f"pixel_values={tuple(got_pv.shape)} "
+                f"image_grid_thw={got_thw.tolist()} sha256={files[-1]['sha256'][:16]}"
+            )
+
+    manifest = {
+        "generator": "scripts/gen_vllm_fixtures.py",
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "msgspec_version": msgspec.__version__,
+        "python_version": sys.version.split()[0],
+        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+        "encoder": "MsgpackEncoder(size_threshold=2**62)",
+        "spatial_merge_size": SPATIAL_MERGE_SIZE,
+        "inputs": args.inputs.name,
+        "inputs_sha256": hashlib.sha256(args.inputs.read_bytes()).hexdigest(),
+        "files": files,
+    }
+    (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The vLLM worker's media sidecar: the gateway's Redis protocol v1, without torch."""

@@ -1,0 +1,127 @@
+"""vLLM's ``MultiModalKwargsItem`` bytes, built without torch or vLLM.
+
+A sidecar result carries, per media item, the one buffer vLLM's
+``MsgpackEncoder(size_threshold=2**62)`` makes of that item (vLLM 0.33.0,
+``vllm/v1/serial_utils.py``: ``_encode_mm_item``, ``_encode_mm_field_elem``,
+``_encode_tensor``, ``_encode_mm_field``), and the worker rebuilds the item with vLLM's
+``MsgpackDecoder``. The encoding, per key of the item:
+
+    {"data": (torch dtype name, shape, Ext(3, the tensor's bytes)),
+     "field": (factory name, {the field dataclass's fields, in order})}
+
+with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
+field's element keeps every item's slices; a slice is encoded as (start, stop, step)).
+The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
+``set`` of them iterates (``MultiModalKwargsItems.from_hf_inputs``), which changes with
+the process's hash seed; the decoder reads any order, and here it is the field config's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence, Union
+
+import msgspec
+import numpy as np
+
+#: ``CUSTOM_TYPE_RAW_VIEW`` in vllm/v1/serial_utils.py: a tensor's bytes inline.
+RAW_VIEW = 3
+
+Slices = tuple[tuple[Union[int, None], ...], ...]  # one item's slice per dimension, as (start, stop, step)
+
+
+@dataclass(frozen=True)
+class Batched:
+    """``MultiModalFieldConfig.batched``: item i is row i of the batch."""
+
+    keep_on_cpu: bool = False
+
+    def split(self, batch: Any) -> list[Any]:
+        return [batch[i] for i in range(len(batch))]
+
+    def encoded(self) -> tuple[str, dict[str, Any]]:
+        return "batched", {"keep_on_cpu": self.keep_on_cpu}
+
+
+@dataclass(frozen=True)
+class Flat:
+    """``MultiModalFieldConfig.flat``: item i is ``batch[slices[i]]``."""
+
+    slices: tuple[Slices, ...]
+    dim: int = 0
+    keep_on_cpu: bool = False
+
+    def split(self, batch: Any) -> list[Any]:
+        return [batch[tuple(slice(*s) for s in item)] for item in self.slices]
+
+    def encoded(self) -> tuple[str, dict[str, Any]]:
+        # BaseMultiModalField's keep_on_cpu first, then MultiModalFlatField's own fields
+        return "flat", {"keep_on_cpu": self.keep_on_cpu, "slices": [list(item) for item in self.slices],
+                        "dim": self.dim}
+
+
+@dataclass(frozen=True)
+class Shared:
+    """``MultiModalFieldConfig.shared``: every item holds the whole batch."""
+
+    batch_size: int
+    keep_on_cpu: bool = False
+
+    def split(self, batch: Any) -> list[Any]:
+        return [batch] * self.batch_size
+
+    def encoded(self) -> tuple[str, dict[str, Any]]:
+        return "shared", {"keep_on_cpu": self.keep_on_cpu, "batch_size": self.batch_size}
+
+
+Field = Union[Batched, Flat, Shared]
+
+
+def flat_from_sizes(sizes: Sequence[int], dim: int = 0, keep_on_cpu: bool = False) -> Flat:
+    """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along ``dim``."""
+    ends = np.cumsum([0, *[int(s) for s in sizes]])
+    lead = ((None, None, None),) * dim
+    return Flat(tuple(lead + ((int(a), int(b), None),) for a, b in zip(ends[:-1], ends[1:])), dim, keep_on_cpu)
+
+
+def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[Any, Field]]]:
+    """One modality's batch -> its items, each ``{key: (data, field)}`` in ``fields``' order
+    (``MultiModalKwargsItems.from_hf_inputs``); a key absent from ``batch`` is left out."""
+    elems = {key: field.split(batch[key]) for key, field in fields.items() if batch.get(key) is not None}
+    sizes = {key: len(v) for key, v in elems.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"the fields split into different item counts: {sizes}")
+    count = next(iter(sizes.values()), 0)
+    return [{key: (elems[key][i], fields[key]) for key in elems} for i in range(count)]
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_item(item: Mapping[str, tuple[Any, Field]]) -> bytes:
+    """The item's bytes as vLLM's ``MsgpackEncoder(size_threshold=2**62).encode`` gives
+    them (its one buffer)."""
+    return _encoder.encode({key: {"data": _nested(data), "field": field.encoded()}
+                            for key, (data, field) in item.items()})
+
+
+def _nested(data: Any) -> Any:
+    """``_encode_nested_tensors``: a tensor, a number, or a list of those."""
+    if isinstance(data, np.ndarray):
+        return _tensor(data)
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return data
+    return [_nested(x) for x in data]
+
+
+def _tensor(a: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:
+    """``_encode_tensor`` of the tensor ``torch.from_numpy(a)`` would be."""
+    name = _TORCH_NAMES.get(a.dtype)
+    if name is None:
+        raise TypeError(f"no torch dtype for numpy {a.dtype}")
+    return name, tuple(int(d) for d in a.shape), msgspec.msgpack.Ext(RAW_VIEW, np.ascontiguousarray(a).tobytes())
+
+
+#: numpy dtype -> ``str(torch dtype)`` without "torch." (the dtypes a payload carries)
+_TORCH_NAMES = {np.dtype(n): n for n in ("uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                                         "float64", "bool")}

@@ -1,0 +1,90 @@
+"""vLLM's MultiModalKwargsItem bytes, made without torch, equal vLLM's own.
+
+The fixtures are vLLM 0.33.0's ``MsgpackEncoder(size_threshold=2**62)`` bytes of the items
+vLLM builds (``_create_qwen2vl_field_factory``, ``MultiModalKwargsItems.from_hf_inputs``)
+from tensors this service produced: scripts/gen_vllm_fixtures.py, run in a venv with
+vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions and the hash seed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc.sidecar import vllm_items
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())
+QWEN = "Qwen/Qwen2-VL-7B-Instruct"
+
+
+def _inputs() -> dict[str, dict[str, np.ndarray]]:
+    cases: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        for key in npz.files:
+            case, _, name = key.partition("/")
+            cases.setdefault(case, {})[name] = npz[key]
+    return cases
+
+
+CASES = _inputs()
+
+
+def _qwen_items(batch: dict[str, np.ndarray]) -> list[dict]:
+    """Qwen2-VL's image fields (vllm/model_executor/models/qwen2_vl.py, _qwen2vl_field_config)."""
+    fields = {"pixel_values": vllm_items.flat_from_sizes(batch["image_grid_thw"].prod(-1)),
+              "image_grid_thw": vllm_items.Batched(keep_on_cpu=True)}
+    return vllm_items.split_items(batch, fields)
+
+
+def test_the_fixtures_come_from_vllm_0_33_0():
+    assert MANIFEST["vllm_version"] == "0.33.0"
+    assert MANIFEST["encoder"] == "MsgpackEncoder(size_threshold=2**62)"
+    assert sorted(f["file"] for f in MANIFEST["files"]) == ["one_0.msgpack", "two_0.msgpack", "two_1.msgpack"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_service_still_produces_the_fixtures_tensors(case):
+    arrays = CASES[case]
+    pngs = [arrays[k].tobytes() for k in sorted(k for k in arrays if k.startswith("png"))]
+    out = Preprocessor.from_model(QWEN, cache_bytes=0).preprocess(pngs, raw=True)
+    assert out.pixel_values.dtype == np.uint8
+    assert np.array_equal(out.pixel_values, arrays["pixel_values"])
+    assert np.array_equal(out.tensors["image_grid_thw"], arrays["image_grid_thw"])
+
+
+@pytest.mark.parametrize("entry", MANIFEST["files"], ids=lambda e: e["file"])
+def test_items_encode_to_vllms_bytes(entry):
+    """Byte for byte, in the fixture's key order: vLLM orders an item's keys as a set of
+    them iterates, which follows the process's hash seed (the manifest's)."""
+    want = (FIXTURES / entry["file"]).read_bytes()
+    item = _qwen_items(CASES[entry["case"]])[entry["index"]]
+    assert list(item) == ["pixel_values", "image_grid_thw"]
+    in_vllms_order = {key: item[key] for key in entry["keys"]}
+    assert vllm_items.encode_item(in_vllms_order) == want
+
+
+def test_the_other_key_order_decodes_to_the_same_item():
+    item = _qwen_items(CASES["two"])[1]
+    swapped = {key: item[key] for key in reversed(list(item))}
+    a, b = (msgspec.msgpack.decode(vllm_items.encode_item(x)) for x in (item, swapped))
+    assert a == b and list(a) != list(b)
+
+
+def test_a_flat_field_keeps_every_items_slices():
+    """As vLLM's MultiModalFlatField does: each item's field is the batch's."""
+    items = _qwen_items(CASES["two"])
+    fields = [msgspec.msgpack.decode(vllm_items.encode_item(i))["pixel_values"]["field"] for i in items]
+    assert fields[0] == fields[1] == ["flat", {"keep_on_cpu": False, "slices": [[[0, 24, None]], [[24, 72, None]]],
+                                               "dim": 0}]
+    assert [i["pixel_values"][0].shape for i in items] == [(24, 1176), (48, 1176)]
+
+
+def test_a_tensor_without_a_torch_dtype_is_refused():
+    with pytest.raises(TypeError, match="no torch dtype"):
+        vllm_items.encode_item({"x": (np.zeros(2, np.complex64), vllm_items.Batched())})
