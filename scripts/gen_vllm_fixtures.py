@@ -96,6 +96,7 @@ def make_inputs(path: Path) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import imagegen
+    from PIL import Image
     from sglang_mm_grpc import Preprocessor
 
     pp = Preprocessor.from_model(MODEL, cache_bytes=0)
@@ -107,6 +108,9 @@ def make_inputs(path: Path) -> None:
         arrays[f"{case}/image_grid_thw"] = out.tensors["image_grid_thw"].astype(np.int64)
         for i, png in enumerate(pngs):
             arrays[f"{case}/png{i}"] = np.frombuffer(png, np.uint8)
+    # an image whose loading converts its mode: its vLLM hash carries the conversion
+    rgba = imagegen.encode(Image.fromarray(imagegen.pixels(40, 30, 4, channels=4), "RGBA"), "PNG")
+    arrays["extra/rgba_png"] = np.frombuffer(rgba, np.uint8)
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}")
 
@@ -118,6 +122,8 @@ def _load_cases(path: Path) -> dict[str, dict]:
     with np.load(path, allow_pickle=False) as npz:
         for key in npz.files:
             case, _, tensor = key.partition("/")
+            if case == "extra":
+                continue
             if not tensor:
                 raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
             cases.setdefault(case, {})[tensor] = npz[key]
@@ -150,6 +156,28 @@ def _describe(encoded_item: dict) -> list:
                 "field": [name, {k: repr(v) for k, v in kw.items()}],
             }
         )
+    return out
+
+
+#: hash factors (get_mm_hashes' non-empty media_io_kwargs / mm_processor_kwargs) a case is hashed with
+FACTORS = [{}, {"mm_processor_kwargs": {"max_pixels": 1003520}},
+           {"media_io_kwargs": {"image": {"rgba_background_color": [0, 0, 0]}}}]
+
+
+def vllm_hashes(inputs: Path) -> list[dict]:
+    """vLLM's mm hash of each PNG as its MediaConnector loads it (ImageMediaIO.load_bytes:
+    a MediaWithBytes), under each of ``FACTORS``."""
+    import numpy as np
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.media.image import ImageMediaIO
+
+    out = []
+    with np.load(inputs) as npz:
+        for key in sorted(k for k in npz.files if "png" in k):
+            media = ImageMediaIO().load_bytes(npz[key].tobytes())
+            for factors in FACTORS:
+                out.append({"png": key, "factors": factors, "io_config": media.io_config,
+                            "hash": MultiModalHasher.hash_kwargs("blake3", model_id=MODEL, image=media, **factors)})
     return out
 
 
@@ -252,6 +280,7 @@ def main() -> None:
         "inputs": args.inputs.name,
         "inputs_sha256": hashlib.sha256(args.inputs.read_bytes()).hexdigest(),
         "files": files,
+        "hashes": vllm_hashes(args.inputs),
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")

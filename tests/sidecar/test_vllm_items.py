@@ -1,9 +1,11 @@
-"""vLLM's MultiModalKwargsItem bytes, made without torch, equal vLLM's own.
+"""vLLM's MultiModalKwargsItem bytes and mm hashes, made without torch, equal vLLM's own.
 
 The fixtures are vLLM 0.33.0's ``MsgpackEncoder(size_threshold=2**62)`` bytes of the items
 vLLM builds (``_create_qwen2vl_field_factory``, ``MultiModalKwargsItems.from_hf_inputs``)
 from tensors this service produced: scripts/gen_vllm_fixtures.py, run in a venv with
 vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions and the hash seed).
+The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMediaIO.load_bytes``
+loads it, under several hash factors.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.sidecar import vllm_items
+from sglang_mm_grpc.sidecar import vllm_hashes, vllm_items
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())
@@ -28,6 +30,8 @@ def _inputs() -> dict[str, dict[str, np.ndarray]]:
     with np.load(FIXTURES / "inputs.npz") as npz:
         for key in npz.files:
             case, _, name = key.partition("/")
+            if case == "extra":
+                continue
             cases.setdefault(case, {})[name] = npz[key]
     return cases
 
@@ -88,3 +92,23 @@ def test_a_flat_field_keeps_every_items_slices():
 def test_a_tensor_without_a_torch_dtype_is_refused():
     with pytest.raises(TypeError, match="no torch dtype"):
         vllm_items.encode_item({"x": (np.zeros(2, np.complex64), vllm_items.Batched())})
+
+
+def _png(key: str) -> bytes:
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        return npz[key].tobytes()
+
+
+@pytest.mark.parametrize("entry", MANIFEST["hashes"], ids=lambda e: f"{e['png']}-{sorted(e['factors'])}")
+def test_image_hashes_are_vllms(entry):
+    """An RGBA image is converted as vLLM loads it, so its key carries the conversion."""
+    got = vllm_hashes.image_hash(_png(entry["png"]), QWEN, io_config=entry["io_config"], factors=entry["factors"])
+    assert got == entry["hash"]
+
+
+def test_a_hash_depends_on_every_part():
+    png = _png("one/png0")
+    base = vllm_hashes.image_hash(png, QWEN)
+    assert len({base, vllm_hashes.image_hash(png + b"\0", QWEN), vllm_hashes.image_hash(png, QWEN + "x"),
+                vllm_hashes.image_hash(png, QWEN, io_config={"image_mode": "RGB"}),
+                vllm_hashes.image_hash(png, QWEN, factors={"mm_processor_kwargs": {"max_pixels": 1}})}) == 5
