@@ -53,7 +53,7 @@ LAYERS: dict[str, dict[str, list[str]]] = {
     "client": {"may_import": ["wire", "_proto", "core"], "third_party": ["grpc", "grpc_health", "numpy"]},
     # the vLLM worker's media sidecar: the gateway's Redis protocol, vLLM's msgpack
     "sidecar": {"may_import": ["pipeline", "config", "families", "media", "core"],
-                "third_party": ["numpy", "msgspec", "redis"]},
+                "third_party": ["numpy", "blake3", "msgspec", "redis"]},
     # the package's public names (the in-process Preprocessor)
     "api": {"may_import": ["pipeline", "core"], "third_party": []},
     "cli": {
