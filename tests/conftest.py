@@ -10,8 +10,8 @@ same kernel sources loads what another compiled instead of compiling again.
 
 Tiers: every test is marked with its folder (``core``, ``kernels``, ``media``,
 ``parity``, ``video``, ``service``, ``reliability``, ``sidecar``) and ``slow`` when it belongs to the
-full tier: the service and reliability folders, the packaging, fresh-clone, docs, deploy
-and type-check tests, and the inputs marked ``slow`` where they are. ``-m "not slow"``
+full tier: the service and reliability folders, the packaging, fresh-clone, docs, deploy,
+type-check and sidecar-with-Redis tests, and the inputs marked ``slow`` where they are. ``-m "not slow"``
 runs the fast tier.
 
 ``--amx``: this test process asks for AMX tiles as the server does, so the in-process
@@ -34,7 +34,8 @@ import servers  # noqa: E402  (after the cache directory is set: it imports the 
 
 #: Folders and top-level files whose tests are all in the full tier.
 SLOW_FOLDERS = {"service", "reliability"}
-SLOW_FILES = {"test_packaging.py", "test_fresh_clone.py", "test_docs_examples.py", "test_deploy.py", "test_types.py"}
+SLOW_FILES = {"test_packaging.py", "test_fresh_clone.py", "test_docs_examples.py", "test_deploy.py", "test_types.py",
+              "test_sidecar_redis.py"}
 #: Started first (the longest: a venv install, then every preset served), the rest beside it.
 FIRST = "test_fresh_clone.py"
 

@@ -53,13 +53,13 @@ LAYERS: dict[str, dict[str, list[str]]] = {
     "client": {"may_import": ["wire", "_proto", "core"], "third_party": ["grpc", "grpc_health", "numpy"]},
     # the vLLM worker's media sidecar: the gateway's Redis protocol, vLLM's msgpack
     "sidecar": {"may_import": ["pipeline", "config", "families", "media", "core"],
-                "third_party": ["numpy", "blake3", "msgspec", "redis"]},
+                "third_party": ["numpy", "blake3", "msgspec", "redis", "smg_grpc_servicer"]},
     # the package's public names (the in-process Preprocessor)
     "api": {"may_import": ["pipeline", "core"], "third_party": []},
     "cli": {
         "may_import": ["api", "client", "server", "service", "sidecar", "wire", "_proto", "pipeline", "config", "families",
                        "media", "core", "kernels"],
-        "third_party": ["numpy", "grpc", "grpc_reflection", "google.protobuf"],
+        "third_party": ["numpy", "grpc", "grpc_reflection", "google.protobuf", "redis", "smg_grpc_servicer"],
     },
 }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .call import add_call_parser
+from .sidecar import add_sidecar_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, add_target_arguments, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
 from .remote import UnreadableFile, add_video_arguments, image_options_of, options_text, plain
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(sub)
     add_call_parser(sub)
+    add_sidecar_parser(sub)
     return parser
 
 

@@ -256,25 +256,8 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-message-bytes", type=byte_size, metavar="SIZE",
                    help="both message limits at once (--max-receive-bytes and --max-send-bytes)")
     _add_options(p, SERVER_OPTIONS[2:])
-    f = p.add_argument_group("image sources and their limits (docs/MEDIA.md)")
-    f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
-    f.add_argument(
-        "--allowed-media-domains", dest="allowed_media_domains", nargs="+", action="append", metavar="HOST",
-        help="fetch http(s) only from these hosts, checked on every redirect (space- or comma-separated, "
-        "repeatable; default: any public host)",
-    )
-    f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help=argparse.SUPPRESS)
-    f.add_argument(
-        "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
-        help="allow loopback/private/link-local/... addresses (trusted networks and tests only; cloud metadata "
-        "addresses stay refused)",
-    )
-    f.add_argument(
-        "--allow-metadata-media-hosts", dest="allow_metadata_hosts", action="store_true",
-        help="also allow the cloud metadata addresses 169.254.169.254, fd00:ec2::254 and 100.100.100.200 "
-        "(never needed for images)",
-    )
-    _add_options(f, (*FETCH_OPTIONS, *REQUEST_OPTIONS))
+    f = add_media_policy_arguments(p)
+    _add_options(f, REQUEST_OPTIONS)
     _add_options(p.add_argument_group("videos (docs/VIDEO.md; each limit is named in its error)"), VIDEO_OPTIONS)
     _add_options(p.add_argument_group("payload tensors: dtype and shared memory (docs/WIRE_CURRENT.md)"), SHM_OPTIONS)
     d = p.add_argument_group("processes, replicas, drain, TLS and authentication (docs/SERVICE.md)")
@@ -308,6 +291,30 @@ def _add_process_settings(p) -> None:
         help="do not ask Linux for AMX tiles: the resize kernels use AVX-512 only (default: AMX where the CPU "
         "has it, see docs/SERVICE.md)",
     )
+
+
+def add_media_policy_arguments(p) -> argparse._ArgumentGroup:
+    """Where media may come from and the fetch limits (``media_policy`` reads them)."""
+    f = p.add_argument_group("image sources and their limits (docs/MEDIA.md)")
+    f.add_argument("--allowed-local-media-path", metavar="DIR", help="the only directory file:// and path sources may read (default: none)")
+    f.add_argument(
+        "--allowed-media-domains", dest="allowed_media_domains", nargs="+", action="append", metavar="HOST",
+        help="fetch http(s) only from these hosts, checked on every redirect (space- or comma-separated, "
+        "repeatable; default: any public host)",
+    )
+    f.add_argument("--allowed-media-domain", dest="allowed_media_domains", action="append", metavar="HOST", help=argparse.SUPPRESS)
+    f.add_argument(
+        "--allow-private-media-hosts", "--allow-private-hosts", dest="allow_private_hosts", action="store_true",
+        help="allow loopback/private/link-local/... addresses (trusted networks and tests only; cloud metadata "
+        "addresses stay refused)",
+    )
+    f.add_argument(
+        "--allow-metadata-media-hosts", dest="allow_metadata_hosts", action="store_true",
+        help="also allow the cloud metadata addresses 169.254.169.254, fd00:ec2::254 and 100.100.100.200 "
+        "(never needed for images)",
+    )
+    _add_options(f, FETCH_OPTIONS)
+    return f
 
 
 def _add_options(group, options) -> None:
@@ -520,19 +527,12 @@ def options_text(options) -> str:
 
 
 def run_serve(args) -> int:
-    from ..media import FetchPolicy
     from ..server.app import ServerConfig
     from ..server.launch import run
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        policy = FetchPolicy.from_env(**_given(
-            allowed_local_media_path=args.allowed_local_media_path,
-            allowed_media_domains=_domains(args.allowed_media_domains),
-            allow_private_hosts=args.allow_private_hosts or None,
-            allow_metadata_hosts=args.allow_metadata_hosts or None,
-            **_fields(args, FETCH_OPTIONS),
-        ))
+        policy = media_policy(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -556,6 +556,19 @@ def run_serve(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return run(config)
+
+
+def media_policy(args):
+    """The FetchPolicy of ``add_media_policy_arguments``' flags (unset: its defaults)."""
+    from ..media import FetchPolicy
+
+    return FetchPolicy.from_env(**_given(
+        allowed_local_media_path=args.allowed_local_media_path,
+        allowed_media_domains=_domains(args.allowed_media_domains),
+        allow_private_hosts=args.allow_private_hosts or None,
+        allow_metadata_hosts=args.allow_metadata_hosts or None,
+        **_fields(args, FETCH_OPTIONS),
+    ))
 
 
 def _deploy_problem(config) -> str:

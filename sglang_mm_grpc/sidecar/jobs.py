@@ -1,0 +1,186 @@
+"""One sidecar job: its media fetched under the service's policy, preprocessed into the
+tensors vLLM's own processor gives that engine, answered as the reference sidecar
+answers (``smg_grpc_servicer/vllm/mm_sidecar.py``: ``Sidecar.handle``).
+
+A job carries the worker's unexpanded prompt (one placeholder per item) and the items'
+URLs. The result carries the expanded prompt, each item's placeholder range, vLLM's
+cache key of each item and each item's ``MultiModalKwargsItem`` bytes. Every failure is
+one of the protocol's codes: the client's (``CLIENT_ERROR_CODES``: the worker answers
+INVALID_ARGUMENT) or a retryable one (the router tries another worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from smg_grpc_servicer.mm_sidecar_protocol import (
+    SCHEMA_VERSION,
+    Fingerprint,
+    Job,
+    JobResult,
+    Placeholder,
+    Timing,
+    failure,
+)
+from smg_grpc_servicer.vllm.media_refs import parse_scheme_list, url_scheme
+
+from ..core.carriers import PreprocessOutput
+from ..core.errors import Code, PreprocessError
+from ..media import MediaFetcher
+from ..media.decode import open_image
+from ..pipeline.driver import Preprocessor
+from . import vllm_hashes, vllm_items
+
+#: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
+#: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``,
+#: shared by qwen2_5_vl.py and qwen3_vl.py).
+IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {"qwen_vl": lambda out: {
+    "pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
+    "image_grid_thw": vllm_items.Batched(keep_on_cpu=True),
+}}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What the sidecar processes for: the worker's fingerprint, whether its engine
+    normalizes pixels on the device (raw uint8 then), and the URL schemes it fetches."""
+
+    fingerprint: Fingerprint
+    raw: bool
+    schemes: str
+
+    def __post_init__(self) -> None:
+        """The engine's processor and media kwargs change its pixels (and, as hash factors,
+        its cache keys); only the defaults are reproduced here."""
+        for name in ("mm_processor_kwargs", "media_io_kwargs"):
+            value = getattr(self.fingerprint, name)
+            if json.loads(value or "{}"):
+                raise ValueError(f"the engine's {name} ({value}) change its processing; this sidecar reproduces "
+                                 f"the engine's defaults only ({name} {{}})")
+
+    def over_limit(self, modalities: list[str]) -> str:
+        """What a job's items exceed of the engine's per-prompt limits (the fingerprint's
+        ``limit_per_prompt``: "*" for a modality not named), or ""."""
+        limits = json.loads(self.fingerprint.limit_per_prompt or "{}")
+        for modality in sorted(set(modalities)):
+            entry = limits.get(modality, limits.get("*"))
+            count = modalities.count(modality)
+            if isinstance(entry, dict) and isinstance(entry.get("count"), int) and count > entry["count"]:
+                return (f"the job carries {count} {modality} items, above the engine's limit of {entry['count']} "
+                        "(--limit-mm-per-prompt)")
+        return ""
+
+
+class JobRunner:
+    """Turns jobs into results; the pixel work runs in ``executor``."""
+
+    def __init__(self, model: Preprocessor, fetcher: MediaFetcher, engine: Engine, executor: Executor):
+        if model.family.name not in IMAGE_FIELDS:
+            raise ValueError(f"the sidecar does not serve the {model.family.name} family yet "
+                             f"(served: {', '.join(sorted(IMAGE_FIELDS))})")
+        self.model = model
+        self.fetcher = fetcher
+        self.engine = engine
+        self.executor = executor
+        self.accepted = parse_scheme_list(engine.schemes)
+
+    async def handle(self, job: Job) -> JobResult:
+        started = time.time()
+        now_ms = int(started * 1000)
+        if now_ms > job.deadline_ms:
+            return failure(job.job_id, "expired", "job deadline passed before processing")
+        mismatches = self.engine.fingerprint.mismatches(job.fingerprint)
+        if mismatches:
+            return failure(job.job_id, "fingerprint_mismatch", ",".join(mismatches))
+        over = self.engine.over_limit([item.modality for item in job.items])
+        if over:
+            return failure(job.job_id, "limit_exceeded", over)
+        for index, item in enumerate(job.items):
+            scheme = url_scheme(item.url)
+            if scheme not in self.accepted:
+                return failure(job.job_id, "scheme_not_accepted",
+                               f"item {index}: scheme '{scheme or 'none'}' not in {self.engine.schemes}")
+            if item.modality != "image":
+                return failure(job.job_id, "fetch_failed", f"item {index}: unsupported media modality "
+                               f"{item.modality!r} (this sidecar processes images)")
+        try:
+            data = await self.fetcher.fetch_all([item.url for item in job.items],
+                                                deadline=time.monotonic() + max(0.0, job.deadline_ms / 1000 - started))
+        except PreprocessError as e:
+            return failure(job.job_id, _fetch_code(e), e.message)
+        fetched = time.time()
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(
+                self.executor, lambda: self.model.preprocess(data, job.prompt_token_ids, raw=self.engine.raw,
+                                                             use_cache=False))
+            result = self._result(job, data, out)
+        except PreprocessError as e:
+            return failure(job.job_id, _process_code(e), e.message)
+        result.timing = Timing(queue_ms=max(0, now_ms - job.enqueued_ms), fetch_ms=int((fetched - started) * 1000),
+                               process_ms=int((time.time() - fetched) * 1000))
+        return result
+
+    def _result(self, job: Job, data: list[bytes], out: PreprocessOutput) -> JobResult:
+        fields = IMAGE_FIELDS[self.model.family.name](out)
+        batch = {"pixel_values": out.pixel_values, **out.tensors}
+        items = vllm_items.split_items(batch, fields)
+        return JobResult(
+            v=SCHEMA_VERSION, job_id=job.job_id, ok=True, fingerprint=self.engine.fingerprint,
+            prompt_token_ids=[int(t) for t in out.input_ids],
+            mm_hashes={"image": [self._hash(raw, i) for i, raw in enumerate(data)]},
+            mm_placeholders={"image": [_placeholder(im.structural_range, im.patch_ranges) for im in out.images]},
+            mm_kwargs={"image": [vllm_items.encode_item(item) for item in items]},
+        )
+
+    def _hash(self, raw: bytes, item: int) -> str:
+        """vLLM's key of the image as its connector loads it: converted to RGB (with the
+        conversion in the key) unless it is RGB already. Its pixels are the service's: vLLM's
+        conversion (``convert_image_mode``: transparency composited onto white) is HF's."""
+        mode = open_image(raw, item=item).image.mode
+        io_config = None if mode == "RGB" else {"image_mode": "RGB", "rgba_background_color": (255, 255, 255)}
+        return vllm_hashes.image_hash(raw, self.engine.fingerprint.model, io_config=io_config)
+
+
+def _placeholder(span: tuple[int, int], patches: tuple[tuple[int, int], ...]) -> Placeholder:
+    """vLLM's PlaceholderRange of an item's replacement: ``is_embed`` only where some of
+    its tokens are not embeddings."""
+    offset, length = span
+    if patches == ((offset, length),):
+        return Placeholder(offset=offset, length=length)
+    embed = [False] * length
+    for start, count in patches:
+        embed[start - offset:start - offset + count] = [True] * count
+    return Placeholder(offset=offset, length=length, is_embed=embed)
+
+
+def _fetch_code(e: PreprocessError) -> str:
+    """A fetch failure's protocol code."""
+    if getattr(e, "reason", None) == "domain_not_allowed":
+        return "domain_not_allowed"
+    if e.code is Code.RESOURCE_EXHAUSTED:
+        return "limit_exceeded"
+    return "fetch_failed"
+
+
+def _process_code(e: PreprocessError) -> str:
+    """A preprocessing failure's protocol code: the request's token ids (no item named),
+    an image that cannot be decoded, a limit, or the service's own failure."""
+    if e.code is Code.INVALID_ARGUMENT:
+        return "decode_failed" if e.item is not None else "placeholder_mismatch"
+    if e.code is Code.RESOURCE_EXHAUSTED:
+        return "limit_exceeded"
+    return "processor_error"
+
+
+def fingerprint_from(mapping: Mapping[str, str]) -> Fingerprint:
+    """The operator's fingerprint (the JSON object the hello carries): every field named."""
+    missing = [name for name in Fingerprint.__struct_fields__ if name not in mapping]
+    if missing:
+        raise ValueError(f"the fingerprint misses {', '.join(missing)} (give all of "
+                         f"{', '.join(Fingerprint.__struct_fields__)}, as the worker's hello carries them)")
+    return Fingerprint(**{name: str(mapping[name]) for name in Fingerprint.__struct_fields__})

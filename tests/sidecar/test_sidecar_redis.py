@@ -1,0 +1,315 @@
+"""``vllm-sidecar`` against a real redis-server and the worker's own code.
+
+The worker side is smg-grpc-servicer's ``RedisMediaProcessor`` (0.14.1): ``probe()``
+reads the sidecar's hello, ``_submit_and_wait`` queues a job and reads its result, both
+unchanged. Its ``_rebuild`` needs vLLM and is not run here; the items' bytes equal
+vLLM's own (test_vllm_items.py). Redis, the sidecar and an HTTP server are separate
+processes (the HTTP server a thread) on 127.0.0.1, each on a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import msgspec
+import numpy as np
+import pytest
+
+import imagegen
+from servers import Proc, free_port, wait_until
+from sglang_mm_grpc import Preprocessor
+from sglang_mm_grpc.sidecar import vllm_hashes
+
+redis = pytest.importorskip("redis")
+from smg_grpc_servicer.mm_sidecar_protocol import (  # noqa: E402
+    SCHEMA_VERSION, Fingerprint, Job, JobItem, Keys, decode_result, encode_job, resolve_namespace)
+from smg_grpc_servicer.vllm.mm_processor import MmProcessorUnavailable, RedisMediaProcessor  # noqa: E402
+
+QWEN = "Qwen/Qwen2-VL-7B-Instruct"
+PAD, START, END = 151655, 151652, 151653
+FINGERPRINT = Fingerprint(model=QWEN, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
+                          media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt='{"*": {"count": 3}}')
+
+
+def _redis_server() -> str:
+    """redis-server, or a skip where it is missing (CI installs it and requires it)."""
+    path = shutil.which("redis-server")
+    if path is None:
+        if os.environ.get("SGLANG_MM_REQUIRE_REDIS"):
+            pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    return path
+
+
+class Redis:
+    """A redis-server of its own: loopback, a free port, no persistence."""
+
+    def __init__(self, workdir: Path):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        assert wait_until(lambda: _pings(client), 10), "redis-server did not start"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A directory of images, served over HTTP on 127.0.0.1 too."""
+    root = tmp_path_factory.mktemp("media")
+    (root / "a.png").write_bytes(imagegen.png(56, 84, seed=11))
+    (root / "b.jpg").write_bytes(imagegen.jpeg(120, 90, seed=12))
+    (root / "c.png").write_bytes(imagegen.png(84, 112, seed=13))
+    (root / "broken.png").write_bytes(imagegen.png(56, 84, seed=14)[:200])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield SimpleNamespace(root=root, http=f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, media):
+    """redis-server and one sidecar serving QWEN for FINGERPRINT."""
+    work = tmp_path_factory.mktemp("sidecar")
+    server = Redis(work)
+    fp = work / "fingerprint.json"
+    fp.write_text(json.dumps(FINGERPRINT.to_hello()))
+    sidecar = _sidecar(work, server.url, fp, media.root)
+    keys = Keys.for_namespace(resolve_namespace(FINGERPRINT, None))
+    client = redis.Redis(port=server.port)
+    assert wait_until(lambda: client.exists(keys.hello) or not sidecar.alive(), 300), sidecar.log_text()
+    assert sidecar.alive(), sidecar.log_text()
+    yield SimpleNamespace(redis=server, sidecar=sidecar, keys=keys, client=client, work=work)
+    sidecar.stop()
+    server.stop()
+
+
+def _sidecar(work: Path, url: str, fingerprint: Path, root: Path, *extra: str, env: dict | None = None) -> Proc:
+    return Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN, "--fingerprint",
+                 str(fingerprint), "--redis-url", url, "--allow-private-media-hosts", "--allowed-local-media-path",
+                 str(root), *extra], work / f"sidecar-{uuid.uuid4().hex[:6]}.log", env=env)
+
+
+def _processor(url: str, timeout_ms: int = 60_000) -> RedisMediaProcessor:
+    """The worker's processor; its engine is read only for the per-prompt item limits."""
+    mm_config = SimpleNamespace(get_limit_per_prompt=lambda modality: 3)
+    engine = SimpleNamespace(model_config=SimpleNamespace(get_multimodal_config=lambda: mm_config))
+    return RedisMediaProcessor(engine, FINGERPRINT, redis_url=url, timeout_ms=timeout_ms)
+
+
+def _job(urls: list[str], ids: list[int] | None = None, *, modality: str = "image", deadline_s: float = 60,
+         fingerprint: Fingerprint = FINGERPRINT, v: int = SCHEMA_VERSION) -> Job:
+    now = int(time.time() * 1000)
+    ids = ids if ids is not None else [1] + [START, PAD, END] * len(urls) + [2]
+    return Job(v=v, job_id=uuid.uuid4().hex, request_id="r", fingerprint=fingerprint, prompt_token_ids=ids,
+               prompt=None, items=[JobItem(modality=modality, url=u) for u in urls], enqueued_ms=now,
+               deadline_ms=now + int(deadline_s * 1000))
+
+
+def _submit(stack, job: Job):
+    """The worker's _submit_and_wait: the result, or the error the worker raises."""
+    async def run():
+        proc = _processor(stack.redis.url)
+        try:
+            return await proc._submit_and_wait(job)
+        finally:
+            await proc._client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_the_worker_finds_the_sidecar(stack):
+    async def run():
+        proc = _processor(stack.redis.url)
+        try:
+            return await proc.probe(), proc.schemes
+        finally:
+            await proc._client.aclose()
+
+    found, schemes = asyncio.run(run())
+    assert found and schemes == "http,https,data,file"
+    hello = {k.decode(): v.decode() for k, v in stack.client.hgetall(stack.keys.hello).items()}
+    assert hello["schema"] == str(SCHEMA_VERSION) and hello["implementation"] == "sglang-mm-grpc"
+    assert Fingerprint.from_hello(hello) == FINGERPRINT
+    assert 0 < stack.client.ttl(stack.keys.hello) <= 15
+
+
+def _urls(media) -> list[str]:
+    a = (media.root / "a.png").read_bytes()
+    return [f"data:image/png;base64,{base64.b64encode(a).decode()}", f"{media.http}/b.jpg",
+            f"file://{media.root / 'c.png'}"]
+
+
+def test_images_by_data_url_http_and_file_equal_the_services_own(stack, media):
+    """Three images, one of each source: the expanded ids, each item's range, vLLM's
+    cache key and the item's tensors are what the service computes in process."""
+    urls = _urls(media)
+    job = _job(urls)
+    result = _submit(stack, job)
+    assert result.ok, (result.code, result.message)
+    raws = [(media.root / n).read_bytes() for n in ("a.png", "b.jpg", "c.png")]
+    want = Preprocessor.from_model(QWEN, processor="torchvision", cache_bytes=0).preprocess(
+        raws, job.prompt_token_ids, raw=True)
+    assert result.prompt_token_ids == want.input_ids.tolist()
+    assert [(p.offset, p.length, p.is_embed) for p in result.mm_placeholders["image"]] == [
+        (*im.structural_range, None) for im in want.images]
+    assert result.mm_hashes == {"image": [vllm_hashes.image_hash(r, QWEN) for r in raws]}
+    starts = np.cumsum([0, *want.tensors["image_grid_thw"].prod(-1)])
+    for i, blob in enumerate(result.mm_kwargs["image"]):
+        item = msgspec.msgpack.decode(blob)
+        dtype, shape, ext = item["pixel_values"]["data"]
+        assert (dtype, shape) == ("uint8", [starts[i + 1] - starts[i], 1176])
+        assert np.array_equal(np.frombuffer(ext.data, np.uint8).reshape(shape),
+                              want.pixel_values[starts[i]:starts[i + 1]])
+        assert np.frombuffer(item["image_grid_thw"]["data"][2].data, np.int64).tolist() == \
+            want.tensors["image_grid_thw"][i].tolist()
+    assert result.fingerprint == FINGERPRINT and result.timing is not None
+
+
+@pytest.mark.parametrize("case", [
+    "past_deadline", "unknown_modality", "too_many_items", "unreachable", "undecodable_image",
+    "placeholder_mismatch", "missing_file", "scheme", "fingerprint"])
+def test_each_failure_is_answered_with_its_code(stack, media, case):
+    """The worker raises ValueError for the client's codes and MmProcessorUnavailable for
+    the retryable ones, with the sidecar's code in the message."""
+    png = f"{media.http}/a.png"
+    job, code = {
+        "past_deadline": (_job([png], deadline_s=-1), "expired"),
+        "unknown_modality": (_job([png], modality="hologram"), "fetch_failed"),
+        "too_many_items": (_job([png] * 4), "limit_exceeded"),
+        "unreachable": (_job([f"http://127.0.0.1:{free_port()}/a.png"]), "fetch_failed"),
+        "undecodable_image": (_job([f"{media.http}/broken.png"]), "decode_failed"),
+        "placeholder_mismatch": (_job([png], ids=[1, 2, 3]), "placeholder_mismatch"),
+        "missing_file": (_job(["file:///etc/passwd"]), "fetch_failed"),
+        "scheme": (_job(["ftp://127.0.0.1/a.png"]), "scheme_not_accepted"),
+        "fingerprint": (_job([png], fingerprint=msgspec.structs.replace(FINGERPRINT, dtype="torch.float16")),
+                        "fingerprint_mismatch"),
+    }[case]
+    error = ValueError if code not in ("expired", "fingerprint_mismatch") else MmProcessorUnavailable
+    with pytest.raises(error, match=code):
+        _submit(stack, job)
+    assert stack.sidecar.alive()
+
+
+def test_an_undecodable_job_and_a_wrong_schema_leave_the_sidecar_serving(stack, media):
+    stack.client.lpush(stack.keys.jobs, b"\x93not a job")
+    job = _job([f"{media.http}/a.png"], v=SCHEMA_VERSION + 1)
+    stack.client.lpush(stack.keys.jobs, encode_job(job))
+    popped = stack.client.brpop(stack.keys.result(job.job_id), timeout=30)
+    assert popped is not None
+    result = decode_result(popped[1])
+    assert not result.ok and result.code == "processor_error" and "schema" in result.message
+    assert _submit(stack, _job([f"{media.http}/a.png"])).ok
+    assert "undecodable job dropped" in stack.sidecar.log_text()
+
+
+def test_a_sidecars_own_limits_and_policy(stack, media, tmp_path):
+    """A second sidecar on its own namespace: results capped below one image's
+    (SMG_VLLM_MM_MAX_RESULT_BYTES) and http only from 127.0.0.1 (--allowed-media-domains)."""
+    fp = stack.work / "fingerprint.json"
+    small = _sidecar(tmp_path, stack.redis.url, fp, media.root, "--namespace", "small", "--allowed-media-domains",
+                     "127.0.0.1", env={"SMG_VLLM_MM_MAX_RESULT_BYTES": "1000"})
+    small_keys = Keys.for_namespace("small")
+    results = []
+    try:
+        assert wait_until(lambda: stack.client.exists(small_keys.hello) or not small.alive(), 120), small.log_text()
+        port = media.http.rsplit(":", 1)[1]
+        for url in (f"{media.http}/a.png", f"http://localhost:{port}/a.png"):
+            job = _job([url])
+            stack.client.lpush(small_keys.jobs, encode_job(job))
+            popped = stack.client.brpop(small_keys.result(job.job_id), timeout=30)
+            assert popped is not None, small.log_text()
+            results.append(decode_result(popped[1]))
+    finally:
+        small.stop()
+    too_large, refused = results
+    assert (too_large.ok, too_large.code) == (False, "result_too_large")
+    assert "transport limit 1000 bytes" in too_large.message
+    assert (refused.ok, refused.code) == (False, "domain_not_allowed") and "localhost" in refused.message
+
+
+def test_a_redis_restart_is_survived(stack, media):
+    """Redis killed and started again on its port: the sidecar advertises again and
+    answers the next job."""
+    stack.redis.stop()
+    time.sleep(1)
+    stack.redis.start()
+    client = redis.Redis(port=stack.redis.port)
+    assert wait_until(lambda: client.exists(stack.keys.hello), 30)
+    assert _submit(stack, _job([f"{media.http}/a.png"])).ok
+    assert stack.sidecar.alive()
+
+
+def test_an_image_vllm_converts_carries_vllms_own_key(stack):
+    """An RGBA PNG (vLLM's loader composites it onto white, as the HF processor does): the
+    sidecar's key is the one vLLM 0.33.0 computed for it (fixtures/MANIFEST.json)."""
+    manifest = json.loads((Path(__file__).parent / "fixtures" / "MANIFEST.json").read_text())
+    want = next(h["hash"] for h in manifest["hashes"] if h["png"] == "extra/rgba_png" and not h["factors"])
+    with np.load(Path(__file__).parent / "fixtures" / "inputs.npz") as npz:
+        png = npz["extra/rgba_png"].tobytes()
+    result = _submit(stack, _job([f"data:image/png;base64,{base64.b64encode(png).decode()}"]))
+    assert result.ok and result.mm_hashes == {"image": [want]}
+
+
+def test_engine_kwargs_it_does_not_reproduce_are_refused_at_start(tmp_path):
+    fp = tmp_path / "fp.json"
+    fp.write_text(json.dumps({**FINGERPRINT.to_hello(), "mm_processor_kwargs": '{"max_pixels": 1003520}'}))
+    r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
+                        "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "mm_processor_kwargs" in r.stderr and "defaults only" in r.stderr
+    fp.write_text(json.dumps({"model": QWEN}))
+    r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
+                        "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "misses vllm_version" in r.stderr
+
+
+def test_two_sidecars_share_the_job_list(stack, media, tmp_path):
+    """A second sidecar on the same namespace: every job answered exactly once, by
+    either (both take from the one list)."""
+    fp = stack.work / "fingerprint.json"
+    second = _sidecar(tmp_path, stack.redis.url, fp, media.root, "--log-level", "DEBUG")
+    try:
+        assert wait_until(lambda: "serving under" in second.log_text() or not second.alive(), 120), second.log_text()
+        jobs = [_job([f"{media.http}/a.png"]) for _ in range(12)]
+        for job in jobs:
+            stack.client.lpush(stack.keys.jobs, encode_job(job))
+        answers = [stack.client.brpop(stack.keys.result(job.job_id), timeout=60) for job in jobs]
+        assert all(a is not None and decode_result(a[1]).ok for a in answers)
+        assert all(stack.client.llen(stack.keys.result(job.job_id)) == 0 for job in jobs)  # one answer each
+        assert stack.client.llen(stack.keys.jobs) == 0
+    finally:
+        second.stop()
