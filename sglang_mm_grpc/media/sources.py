@@ -27,6 +27,7 @@ RawSource = Union[str, bytes, bytearray, memoryview]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 _WHITESPACE = re.compile(r"\s+")
+_ASCII_WHITESPACE = bytes(c for c in range(128) if chr(c).isspace())  # what \s matches in ASCII
 # A relative file name (the client meant a local file): no scheme, no leading "/", an image suffix.
 _RELATIVE_FILE = re.compile(r"[^/\s][^\s]*\.(?:jpe?g|png|webp|gif|bmp|tiff?|mpo|heic|avif)", re.IGNORECASE)
 _BASE64_SHAPE = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -91,8 +92,14 @@ def redact_url(url: str) -> str:
 
 
 def _compact(payload: str) -> str:
-    """The payload without whitespace (``base64`` without ``-w0`` wraps lines at 76 columns)."""
-    return _WHITESPACE.sub("", payload) if _WHITESPACE.search(payload) else payload
+    """The payload without whitespace (``base64`` without ``-w0`` wraps lines at 76 columns).
+    An ASCII payload (any valid one) is compacted as bytes: a regex over a 500 KB str took
+    ~3.6 ms here, ``bytes.translate`` takes a tenth of that."""
+    if payload.isascii():
+        raw = payload.encode("ascii")
+        kept = raw.translate(None, _ASCII_WHITESPACE)
+        return payload if len(kept) == len(raw) else kept.decode("ascii")
+    return _WHITESPACE.sub("", payload)
 
 
 def base64_size(payload: str) -> int:

@@ -114,18 +114,17 @@ class JobRunner:
         except PreprocessError as e:
             return failure(job.job_id, _fetch_code(e), e.message)
         fetched = time.time()
-        try:
-            out = await asyncio.get_running_loop().run_in_executor(
-                self.executor, lambda: self.model.preprocess(data, job.prompt_token_ids, raw=self.engine.raw,
-                                                             use_cache=False))
-            result = self._result(job, data, out)
+        try:  # pixels, keys and encoding in the pool: the event loop keeps the hello fresh
+            result = await asyncio.get_running_loop().run_in_executor(self.executor, self._processed, job, data)
         except PreprocessError as e:
             return failure(job.job_id, _process_code(e), e.message)
         result.timing = Timing(queue_ms=max(0, now_ms - job.enqueued_ms), fetch_ms=int((fetched - started) * 1000),
                                process_ms=int((time.time() - fetched) * 1000))
         return result
 
-    def _result(self, job: Job, data: list[bytes], out: PreprocessOutput) -> JobResult:
+    def _processed(self, job: Job, data: list[bytes]) -> JobResult:
+        """The job's result from its fetched bytes."""
+        out = self.model.preprocess(data, job.prompt_token_ids, raw=self.engine.raw, use_cache=False)
         fields = IMAGE_FIELDS[self.model.family.name](out)
         batch = {"pixel_values": out.pixel_values, **out.tensors}
         items = vllm_items.split_items(batch, fields)

@@ -119,7 +119,8 @@ def _tensor(a: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:
     name = _TORCH_NAMES.get(a.dtype)
     if name is None:
         raise TypeError(f"no torch dtype for numpy {a.dtype}")
-    return name, tuple(int(d) for d in a.shape), msgspec.msgpack.Ext(RAW_VIEW, np.ascontiguousarray(a).tobytes())
+    data = np.ascontiguousarray(a).reshape(-1).view(np.uint8).data  # no copy: msgspec copies it once
+    return name, tuple(int(d) for d in a.shape), msgspec.msgpack.Ext(RAW_VIEW, data)
 
 
 #: numpy dtype -> ``str(torch dtype)`` without "torch." (the dtypes a payload carries)

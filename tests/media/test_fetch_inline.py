@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fetch_helpers import fetch, fetch_error
 from media_servers import payload
@@ -217,3 +220,11 @@ def test_policy_validation(tmp_path):
 def test_fetcher_reads_policy_from_env_by_default(monkeypatch):
     monkeypatch.setenv("REQUEST_TIMEOUT", "4")
     assert MediaFetcher(environ={}).policy.fetch_timeout_s == 4.0
+
+
+@given(st.text(alphabet=st.sampled_from("AZaz09+/=\t\n\r\x0b\x0c\x1c\x1f \u00a0\u2028é"), max_size=200))
+def test_whitespace_is_dropped_as_the_regex_drops_it(text):
+    """The ASCII fast path removes exactly what ``\\s`` does; other text takes the regex."""
+    from sglang_mm_grpc.media.sources import _compact
+
+    assert _compact(text) == re.sub(r"\s+", "", text)
