@@ -8,6 +8,7 @@ behaviour the worker relies on:
   that stops is forgotten and one that comes back (or a Redis that restarts) is found;
 * ``concurrency`` workers BRPOP the shared job list, so several sidecars on one Redis
   split the jobs, each taken once;
+* an answer whose push finds Redis gone is pushed again until the job's deadline;
 * a result at or over the transport limit (the configured one, lowered to Redis's own
   ``proto-max-bulk-len``) is answered ``result_too_large``; a refused push is answered
   with a small ``result_push_failed``; every push gets the time the job has left (at
@@ -22,6 +23,7 @@ import asyncio
 import logging
 import time
 
+from redis import exceptions as redis_errors
 from smg_grpc_servicer.mm_sidecar_protocol import (
     CODE_RESULT_PUSH_FAILED,
     CODE_RESULT_TOO_LARGE,
@@ -140,10 +142,13 @@ class Sidecar:
         self.jobs_done += 1
 
     async def _deliver(self, index: int, job: Job, raw: bytes) -> None:
+        """Push the answer; while Redis is unreachable, again until the job's deadline (a
+        Redis that restarts in time still gets it); a push Redis refuses is replaced by a
+        small ``result_push_failed``."""
         key = self.keys.result(job.job_id)
         budget = max(PUSH_FLOOR_S, job.deadline_ms / 1000 - time.time())
         try:
-            await self._push(key, raw, budget)
+            await self._push_until(key, raw, time.monotonic() + budget)
         except Exception as first:  # noqa: BLE001 - the worker is told, not left to time out
             log.warning("worker %d: result push failed for %s: %s", index, job.job_id, first)
             notice = encode_result(failure(job.job_id, CODE_RESULT_PUSH_FAILED, f"{type(first).__name__}: {first}"))
@@ -151,6 +156,15 @@ class Sidecar:
                 await self._push(key, notice, min(budget, FAILURE_PUSH_S))
             except Exception as second:  # noqa: BLE001 - the worker times out and retries elsewhere
                 log.error("worker %d: result push failed twice for %s: %s", index, job.job_id, second)
+
+    async def _push_until(self, key: str, raw: bytes, until: float) -> None:
+        while True:
+            try:
+                return await self._push(key, raw, max(0.1, until - time.monotonic()))
+            except (ConnectionError, OSError, redis_errors.ConnectionError, redis_errors.TimeoutError):
+                if time.monotonic() + RECONNECT_PAUSE_S >= until:
+                    raise
+                await asyncio.sleep(RECONNECT_PAUSE_S)
 
     async def _push(self, key: str, raw: bytes, budget: float) -> None:
         pipe = self.client.pipeline(transaction=True)

@@ -97,8 +97,19 @@ def media(tmp_path_factory):
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
+    """Files; ``/slow/NAME`` answers NAME after SLOW_S."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/slow/"):
+            time.sleep(SLOW_S)
+            self.path = self.path[len("/slow"):]
+        super().do_GET()
+
     def log_message(self, *args) -> None:
         pass
+
+
+SLOW_S = 1.5  # under the fetch timeout (3 s), over a Redis restart
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +324,18 @@ def test_two_sidecars_share_the_job_list(stack, media, tmp_path):
         assert stack.client.llen(stack.keys.jobs) == 0
     finally:
         second.stop()
+
+
+def test_a_job_in_progress_when_redis_restarts_is_still_answered(stack, media):
+    """Redis goes away while the sidecar fetches a job's image (a slow source), stays away
+    past the moment the answer is ready, and is back before the job's deadline: the
+    answer is pushed to the new Redis."""
+    job = _job([f"{media.http}/slow/a.png"], deadline_s=60)
+    stack.client.lpush(stack.keys.jobs, encode_job(job))
+    assert wait_until(lambda: stack.client.llen(stack.keys.jobs) == 0, 10)  # a sidecar worker holds it
+    stack.redis.stop()
+    time.sleep(SLOW_S + 1.5)  # the answer's first push finds no Redis
+    stack.redis.start()
+    popped = redis.Redis(port=stack.redis.port).brpop(stack.keys.result(job.job_id), timeout=30)
+    assert popped is not None and decode_result(popped[1]).ok
+    assert stack.sidecar.alive()
