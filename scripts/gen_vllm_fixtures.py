@@ -59,6 +59,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 EXPECTED_VLLM_VERSION = "0.33.0"
@@ -88,6 +89,9 @@ def _ensure_hash_seed(seed: str) -> None:
 #: case -> its images (height, width, seed of tests/imagegen.png), as one request
 CASES = {"one": [(56, 84, 1)], "two": [(56, 84, 2), (84, 112, 3)]}
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+LLAMA4_IMAGES = [(150, 200, 5), (400, 900, 6)]  # one tile; 2x3 tiles and the global one
+LLAMA4_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_llama4_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -108,6 +112,14 @@ def make_inputs(path: Path) -> None:
         arrays[f"{case}/image_grid_thw"] = out.tensors["image_grid_thw"].astype(np.int64)
         for i, png in enumerate(pngs):
             arrays[f"{case}/png{i}"] = np.frombuffer(png, np.uint8)
+    # Llama 4 (float32 pixels, up to 1.35 MB a tile): its tensors go to a file beside the
+    # inputs that is not kept; the manifest keeps the sha256 of vLLM's bytes
+    l4 = Preprocessor.from_model(LLAMA4, cache_bytes=0)
+    jpegs = [imagegen.jpeg(h, w, seed=seed) for h, w, seed in LLAMA4_IMAGES]
+    out = l4.preprocess(jpegs)
+    np.savez(LLAMA4_TENSORS, pixel_values=out.pixel_values, **out.tensors)
+    for i, jpeg in enumerate(jpegs):
+        arrays[f"llama4/jpeg{i}"] = np.frombuffer(jpeg, np.uint8)
     # an image whose loading converts its mode: its vLLM hash carries the conversion
     rgba = imagegen.encode(Image.fromarray(imagegen.pixels(40, 30, 4, channels=4), "RGBA"), "PNG")
     arrays["extra/rgba_png"] = np.frombuffer(rgba, np.uint8)
@@ -122,7 +134,7 @@ def _load_cases(path: Path) -> dict[str, dict]:
     with np.load(path, allow_pickle=False) as npz:
         for key in npz.files:
             case, _, tensor = key.partition("/")
-            if case == "extra":
+            if case in ("extra", "llama4"):
                 continue
             if not tensor:
                 raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
@@ -178,6 +190,30 @@ def vllm_hashes(inputs: Path) -> list[dict]:
             for factors in FACTORS:
                 out.append({"png": key, "factors": factors, "io_config": media.io_config,
                             "hash": MultiModalHasher.hash_kwargs("blake3", model_id=MODEL, image=media, **factors)})
+    return out
+
+
+def _llama4_items(path: Path, encoder, decoder) -> list[dict]:
+    """sha256 of vLLM's bytes of each Llama 4 item (vllm/model_executor/models/mllama4.py
+    ``Mllama4MultiModalProcessor._get_mm_fields_config``, which reads nothing of ``self``)."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+    from vllm.model_executor.models.mllama4 import Mllama4MultiModalProcessor
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+
+    with np.load(path) as npz:
+        hf_inputs = BatchFeature({k: torch.from_numpy(npz[k]) for k in npz.files})
+    config = Mllama4MultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
+    items = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)["image"]
+    out = []
+    for index, item in enumerate(items):
+        (raw,) = encoder.encode(item)
+        raw = bytes(raw)
+        assert decoder.decode(raw) == item
+        out.append({"index": index, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
+                    "keys": list(item.keys())})
+        print(f"llama4 item {index}: {len(raw)} bytes keys={list(item.keys())}")
     return out
 
 
@@ -268,6 +304,8 @@ def main() -> None:
                 f"image_grid_thw={got_thw.tolist()} sha256={files[-1]['sha256'][:16]}"
             )
 
+    llama4 = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
+
     manifest = {
         "generator": "scripts/gen_vllm_fixtures.py",
         "vllm_version": vllm.__version__,
@@ -281,6 +319,7 @@ def main() -> None:
         "inputs_sha256": hashlib.sha256(args.inputs.read_bytes()).hexdigest(),
         "files": files,
         "hashes": vllm_hashes(args.inputs),
+        "llama4": llama4,
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")

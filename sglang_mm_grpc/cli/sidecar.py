@@ -60,9 +60,11 @@ def run_sidecar(args) -> int:
         fingerprint = fingerprint_from(json.loads(Path(args.fingerprint).read_text()))
         policy = media_policy(args)
         model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0)
-        raw = args.mm_device_do_normalize
-        if raw is None:
-            raw = model.family.device_normalization() is not None
+        supported = model.family.device_normalization() is not None
+        raw = supported if args.mm_device_do_normalize is None else args.mm_device_do_normalize
+        if raw and not supported:
+            raise ValueError(f"--mm-device-do-normalize: vLLM's model for {args.model} ({model.family.name}) does "
+                             "not normalize pixels on the device, so raw pixels would never be normalized")
         engine = Engine(fingerprint, raw=raw, schemes=advertised_schemes(policy.allowed_local_media_path))
         max_result = int(os.environ.get(ENV_MAX_RESULT_BYTES) or DEFAULT_MAX_RESULT_BYTES)
     except (OSError, ValueError) as e:

@@ -37,12 +37,19 @@ from ..pipeline.driver import Preprocessor
 from . import vllm_hashes, vllm_items
 
 #: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
-#: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``,
-#: shared by qwen2_5_vl.py and qwen3_vl.py).
-IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {"qwen_vl": lambda out: {
-    "pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
-    "image_grid_thw": vllm_items.Batched(keep_on_cpu=True),
-}}
+#: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``, shared
+#: by qwen2_5_vl.py and qwen3_vl.py) and Llama 4's (mllama4.py).
+IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {
+    "qwen_vl": lambda out: {
+        "pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
+        "image_grid_thw": vllm_items.Batched(keep_on_cpu=True),
+    },
+    "llama4": lambda out: {
+        "pixel_values": vllm_items.flat_from_sizes(out.tensors["patches_per_image"]),
+        "patches_per_image": vllm_items.Batched(keep_on_cpu=True),
+        "aspect_ratios": vllm_items.Batched(keep_on_cpu=True),
+    },
+}
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class Batched:
     keep_on_cpu: bool = False
 
     def split(self, batch: Any) -> list[Any]:
+        """Rows of a tensor (a row of a 1-D one is a 0-d tensor, as torch indexes), or items."""
+        if isinstance(batch, np.ndarray):
+            return [np.asarray(batch[i]) for i in range(len(batch))]
         return [batch[i] for i in range(len(batch))]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:

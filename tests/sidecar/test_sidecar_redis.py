@@ -339,3 +339,41 @@ def test_a_job_in_progress_when_redis_restarts_is_still_answered(stack, media):
     popped = redis.Redis(port=stack.redis.port).brpop(stack.keys.result(job.job_id), timeout=30)
     assert popped is not None and decode_result(popped[1]).ok
     assert stack.sidecar.alive()
+
+
+LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+
+
+def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
+    """Llama 4's engine wants normalized float32 pixels; its range spans the image's
+    structure tokens, with ``is_embed`` on the patches only (vLLM's select_token_ids)."""
+    fingerprint = msgspec.structs.replace(FINGERPRINT, model=LLAMA4)
+    fp = tmp_path / "fp.json"
+    fp.write_text(json.dumps(fingerprint.to_hello()))
+    argv = [sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", LLAMA4, "--fingerprint", str(fp),
+            "--redis-url", stack.redis.url, "--allow-private-media-hosts"]
+    refused = subprocess.run([*argv, "--mm-device-do-normalize"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "does not normalize pixels on the device" in refused.stderr
+    sidecar = Proc(argv, tmp_path / "llama4.log")
+    keys = Keys.for_namespace(resolve_namespace(fingerprint, None))
+    try:
+        assert wait_until(lambda: stack.client.exists(keys.hello) or not sidecar.alive(), 300), sidecar.log_text()
+        job = _job([f"{media.http}/b.jpg"], [1, 200090, 2], fingerprint=fingerprint)
+        stack.client.lpush(keys.jobs, encode_job(job))
+        popped = stack.client.brpop(keys.result(job.job_id), timeout=60)
+    finally:
+        sidecar.stop()
+    result = decode_result(popped[1])
+    assert result.ok, result.message
+    want = Preprocessor.from_model(LLAMA4, cache_bytes=0).preprocess([(media.root / "b.jpg").read_bytes()],
+                                                                      [1, 200090, 2])
+    assert result.prompt_token_ids == want.input_ids.tolist()
+    (placeholder,) = result.mm_placeholders["image"]
+    offset, length = want.images[0].structural_range
+    assert (placeholder.offset, placeholder.length) == (offset, length)
+    ids = np.array(want.input_ids[offset:offset + length])
+    assert placeholder.is_embed == (ids == 200092).tolist()  # the <|patch|> tokens
+    item = msgspec.msgpack.decode(result.mm_kwargs["image"][0])
+    dtype, shape, ext = item["pixel_values"]["data"]
+    assert dtype == "float32" and np.array_equal(np.frombuffer(ext.data, np.float32).reshape(shape),
+                                                 want.pixel_values)

@@ -10,6 +10,7 @@ loads it, under several hash factors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,10 +20,12 @@ import pytest
 
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.sidecar import vllm_hashes, vllm_items
+from sglang_mm_grpc.sidecar.jobs import IMAGE_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
+LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 
 
 def _inputs() -> dict[str, dict[str, np.ndarray]]:
@@ -30,7 +33,7 @@ def _inputs() -> dict[str, dict[str, np.ndarray]]:
     with np.load(FIXTURES / "inputs.npz") as npz:
         for key in npz.files:
             case, _, name = key.partition("/")
-            if case == "extra":
+            if case in ("extra", "llama4"):
                 continue
             cases.setdefault(case, {})[name] = npz[key]
     return cases
@@ -112,3 +115,16 @@ def test_a_hash_depends_on_every_part():
     assert len({base, vllm_hashes.image_hash(png + b"\0", QWEN), vllm_hashes.image_hash(png, QWEN + "x"),
                 vllm_hashes.image_hash(png, QWEN, io_config={"image_mode": "RGB"}),
                 vllm_hashes.image_hash(png, QWEN, factors={"mm_processor_kwargs": {"max_pixels": 1}})}) == 5
+
+
+def test_llama4_items_encode_to_vllms_bytes():
+    """Llama 4's float32 tiles (1 and 7 of them): the sha256 of vLLM's bytes is kept (the
+    bytes themselves are 1.4 and 9.5 MB), in the key order vLLM's run had."""
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        jpegs = [npz[f"llama4/jpeg{i}"].tobytes() for i in range(2)]
+    out = Preprocessor.from_model(LLAMA4, cache_bytes=0).preprocess(jpegs)
+    items = vllm_items.split_items({"pixel_values": out.pixel_values, **out.tensors}, IMAGE_FIELDS["llama4"](out))
+    assert [i["patches_per_image"][0].tolist() for i in items] == [1, 7]
+    for entry, item in zip(MANIFEST["llama4"], items, strict=True):
+        raw = vllm_items.encode_item({key: item[key] for key in entry["keys"]})
+        assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["bytes"], entry["sha256"])
