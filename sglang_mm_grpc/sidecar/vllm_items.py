@@ -80,7 +80,7 @@ class Shared:
 Field = Union[Batched, Flat, Shared]
 
 
-def flat_from_sizes(sizes: Sequence[int], dim: int = 0, keep_on_cpu: bool = False) -> Flat:
+def flat_from_sizes(sizes: Sequence[int] | np.ndarray, dim: int = 0, keep_on_cpu: bool = False) -> Flat:
     """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along ``dim``."""
     ends = np.cumsum([0, *[int(s) for s in sizes]])
     lead = ((None, None, None),) * dim
