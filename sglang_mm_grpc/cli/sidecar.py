@@ -18,7 +18,11 @@ import signal
 import sys
 from pathlib import Path
 
-from .remote import _ServeHelpFormatter, add_media_policy_arguments, add_processor_argument, media_policy
+from .remote import REQUEST_OPTIONS, _add_options, _given, _ServeHelpFormatter, add_media_policy_arguments
+from .remote import add_processor_argument, media_policy
+
+#: The per-image limits the sidecar applies as serve does (ServerConfig's fields, by name).
+IMAGE_LIMITS = tuple(o for o in REQUEST_OPTIONS if o[3] in ("max_image_pixels", "max_image_tokens"))
 
 
 def add_sidecar_parser(subparsers) -> argparse.ArgumentParser:
@@ -40,7 +44,7 @@ def add_sidecar_parser(subparsers) -> argparse.ArgumentParser:
                    help="the engine normalizes pixels on the device, so jobs get raw uint8 pixels (default: as "
                    "vLLM 0.33 decides: on where the model class supports it)")
     add_processor_argument(p)
-    add_media_policy_arguments(p)
+    _add_options(add_media_policy_arguments(p), IMAGE_LIMITS)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_sidecar)
     return p
@@ -59,7 +63,9 @@ def run_sidecar(args) -> int:
     try:
         fingerprint = fingerprint_from(json.loads(Path(args.fingerprint).read_text()))
         policy = media_policy(args)
-        model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0)
+        limits = _given(**{dest: getattr(args, dest) for _, _, _, dest, _ in IMAGE_LIMITS})
+        model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0,
+                                        **limits)
         supported = model.family.device_normalization() is not None
         raw = supported if args.mm_device_do_normalize is None else args.mm_device_do_normalize
         if raw and not supported:

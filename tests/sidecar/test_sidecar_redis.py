@@ -250,16 +250,17 @@ def test_an_undecodable_job_and_a_wrong_schema_leave_the_sidecar_serving(stack, 
 
 def test_a_sidecars_own_limits_and_policy(stack, media, tmp_path):
     """A second sidecar on its own namespace: results capped below one image's
-    (SMG_VLLM_MM_MAX_RESULT_BYTES) and http only from 127.0.0.1 (--allowed-media-domains)."""
+    (SMG_VLLM_MM_MAX_RESULT_BYTES), http only from 127.0.0.1 (--allowed-media-domains) and
+    images up to 5000 pixels (--max-image-pixels: a.png has 4704, c.png 9408)."""
     fp = stack.work / "fingerprint.json"
     small = _sidecar(tmp_path, stack.redis.url, fp, media.root, "--namespace", "small", "--allowed-media-domains",
-                     "127.0.0.1", env={"SMG_VLLM_MM_MAX_RESULT_BYTES": "1000"})
+                     "127.0.0.1", "--max-image-pixels", "5000", env={"SMG_VLLM_MM_MAX_RESULT_BYTES": "1000"})
     small_keys = Keys.for_namespace("small")
     results = []
     try:
         assert wait_until(lambda: stack.client.exists(small_keys.hello) or not small.alive(), 120), small.log_text()
         port = media.http.rsplit(":", 1)[1]
-        for url in (f"{media.http}/a.png", f"http://localhost:{port}/a.png"):
+        for url in (f"{media.http}/a.png", f"http://localhost:{port}/a.png", f"{media.http}/c.png"):
             job = _job([url])
             stack.client.lpush(small_keys.jobs, encode_job(job))
             popped = stack.client.brpop(small_keys.result(job.job_id), timeout=30)
@@ -267,10 +268,11 @@ def test_a_sidecars_own_limits_and_policy(stack, media, tmp_path):
             results.append(decode_result(popped[1]))
     finally:
         small.stop()
-    too_large, refused = results
+    too_large, refused, too_many_pixels = results
     assert (too_large.ok, too_large.code) == (False, "result_too_large")
     assert "transport limit 1000 bytes" in too_large.message
     assert (refused.ok, refused.code) == (False, "domain_not_allowed") and "localhost" in refused.message
+    assert (too_many_pixels.ok, too_many_pixels.code) == (False, "limit_exceeded"), too_many_pixels.message
 
 
 def test_a_redis_restart_is_survived(stack, media):
