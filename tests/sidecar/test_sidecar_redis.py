@@ -379,3 +379,35 @@ def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
     dtype, shape, ext = item["pixel_values"]["data"]
     assert dtype == "float32" and np.array_equal(np.frombuffer(ext.data, np.float32).reshape(shape),
                                                  want.pixel_values)
+
+
+def test_results_equal_the_servers_vllm_payload(stack, media, tmp_path):
+    """The same request to ``serve`` (Qwen2-VL with the torchvision processor, a vLLM
+    payload of raw uint8 pixels) and to the sidecar: the same expanded ids, ranges, pixels
+    and grids."""
+    from servers import Server
+    from sglang_mm_grpc.client import Client, payload_options
+    from sglang_mm_grpc.wire.tensors import to_array
+
+    urls = _urls(media)
+    job = _job(urls)
+    result = _submit(stack, job)
+    raws = [(media.root / n).read_bytes() for n in ("a.png", "b.jpg", "c.png")]
+    server = Server(tmp_path, "--processor", "torchvision", models=[QWEN])
+    try:
+        with Client(server.target, timeout=60) as c:
+            payload = c.preprocess(QWEN, raws, job.prompt_token_ids, "vllm",
+                                   options=payload_options("uint8", "inline")).payload
+    finally:
+        server.stop()
+    vllm = payload.vllm
+    assert result.prompt_token_ids == list(payload.input_ids)
+    assert [(p.offset, p.length) for p in result.mm_placeholders["image"]] == \
+        [(p.offset, p.length) for p in vllm.mm_placeholders]
+    pixels = to_array(vllm.pixel_values)
+    grids = to_array(vllm.model_specific_tensors["image_grid_thw"])
+    items = [msgspec.msgpack.decode(blob) for blob in result.mm_kwargs["image"]]
+    got = np.concatenate([np.frombuffer(i["pixel_values"]["data"][2].data, np.uint8).reshape(
+        i["pixel_values"]["data"][1]) for i in items])
+    assert pixels.dtype == np.uint8 and np.array_equal(got, pixels)
+    assert [np.frombuffer(i["image_grid_thw"]["data"][2].data, np.int64).tolist() for i in items] == grids.tolist()
