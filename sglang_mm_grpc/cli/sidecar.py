@@ -56,8 +56,9 @@ def run_sidecar(args) -> int:
         resolve_namespace)
     from smg_grpc_servicer.vllm.media_refs import advertised_schemes
 
+    from ..core.errors import PreprocessError
     from ..pipeline.driver import Preprocessor
-    from ..sidecar.jobs import Engine, fingerprint_from
+    from ..sidecar.jobs import Engine, check_served, fingerprint_from
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -66,6 +67,7 @@ def run_sidecar(args) -> int:
         limits = _given(**{dest: getattr(args, dest) for _, _, _, dest, _ in IMAGE_LIMITS})
         model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0,
                                         **limits)
+        check_served(model)
         supported = model.family.device_normalization() is not None
         raw = supported if args.mm_device_do_normalize is None else args.mm_device_do_normalize
         if raw and not supported:
@@ -73,7 +75,7 @@ def run_sidecar(args) -> int:
                              "not normalize pixels on the device, so raw pixels would never be normalized")
         engine = Engine(fingerprint, raw=raw, schemes=advertised_schemes(policy.allowed_local_media_path))
         max_result = int(os.environ.get(ENV_MAX_RESULT_BYTES) or DEFAULT_MAX_RESULT_BYTES)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, PreprocessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     redis_url = args.redis_url or os.environ.get(ENV_REDIS_URL) or DEFAULT_REDIS_URL

@@ -87,9 +87,7 @@ class JobRunner:
     """Turns jobs into results; the pixel work runs in ``executor``."""
 
     def __init__(self, model: Preprocessor, fetcher: MediaFetcher, engine: Engine, executor: Executor):
-        if model.family.name not in IMAGE_FIELDS:
-            raise ValueError(f"the sidecar does not serve the {model.family.name} family yet "
-                             f"(served: {', '.join(sorted(IMAGE_FIELDS))})")
+        check_served(model)
         self.model = model
         self.fetcher = fetcher
         self.engine = engine
@@ -181,6 +179,13 @@ def _process_code(e: PreprocessError) -> str:
     if e.code is Code.RESOURCE_EXHAUSTED:
         return "limit_exceeded"
     return "processor_error"
+
+
+def check_served(model: Preprocessor) -> None:
+    """ValueError unless the sidecar knows what vLLM builds for the model's family."""
+    if model.family.name not in IMAGE_FIELDS:
+        raise ValueError(f"the sidecar does not serve the {model.family.name} family yet "
+                         f"(served: {', '.join(sorted(IMAGE_FIELDS))})")
 
 
 def fingerprint_from(mapping: Mapping[str, str]) -> Fingerprint:
