@@ -6,7 +6,9 @@
 * in-process: ``Preprocessor.preprocess(raw=True)`` (Qwen2-VL, the torchvision processor,
   as the sidecar runs it) of a never-seen 1280x720 photo-like JPEG each call, p50;
 * one job at a time: LPUSH of a job whose item is that JPEG as a data URL, to BRPOP of
-  its result, as the worker does (a plain Redis client), p50 and its ratio to in-process;
+  its result, as the worker does (a plain Redis client), p50 and its ratio to in-process,
+  and its parts (the LPUSH; the result's queue, fetch and process times; the rest: the
+  answer's push and its BRPOP);
 * throughput: ``--jobs`` such jobs queued at once, answered by 1 and then 2 sidecars (each
   ``--concurrency 2``), jobs per second.
 
@@ -112,17 +114,25 @@ class Stack:
                 raise RuntimeError("the sidecar did not start: see " + log.name)
             time.sleep(0.1)
 
-    def one_job_ms(self, jpeg: bytes) -> float:
+    def one_job(self, jpeg: bytes) -> dict[str, float]:
+        """ms from LPUSH to the result, and its parts: the LPUSH, the result's own timing
+        (queue: until a sidecar worker had it; fetch; process: pixels, keys, encoding) and
+        the rest (the answer's push and the BRPOP that reads it)."""
         from smg_grpc_servicer.mm_sidecar_protocol import decode_result, encode_job
 
         job = _job(jpeg)
         raw = encode_job(job)
         t0 = time.perf_counter()
         self.client.lpush(self.keys.jobs, raw)
+        t1 = time.perf_counter()
         _, answer = self.client.brpop(self.keys.result(job.job_id), timeout=60)
-        ms = (time.perf_counter() - t0) * 1e3
-        assert decode_result(answer).ok
-        return ms
+        total = (time.perf_counter() - t0) * 1e3
+        result = decode_result(answer)
+        assert result.ok and result.timing is not None
+        parts = {"total": total, "lpush": (t1 - t0) * 1e3, "queue": result.timing.queue_ms,
+                 "fetch": result.timing.fetch_ms, "process": result.timing.process_ms}
+        parts["answer"] = total - sum(v for k, v in parts.items() if k != "total")
+        return parts
 
     def throughput(self, jobs: int, fresh) -> float:
         from smg_grpc_servicer.mm_sidecar_protocol import encode_job
@@ -156,11 +166,15 @@ def main(argv=None) -> int:
         stack = Stack(Path(work))
         try:
             stack.add_sidecar()
-            stack.one_job_ms(next(fresh))
-            times = [stack.one_job_ms(next(fresh)) for _ in range(args.repeat)]
-            out["job_p50_ms"] = statistics.median(times)
+            stack.one_job(next(fresh))
+            jobs = [stack.one_job(next(fresh)) for _ in range(args.repeat)]
+            parts = {k: statistics.median(j[k] for j in jobs) for k in jobs[0]}
+            out["job_p50_ms"] = parts.pop("total")
             out["job_over_inprocess"] = out["job_p50_ms"] / inproc
-            print(f"one job, LPUSH to result: p50 {out['job_p50_ms']:.2f} ms ({out['job_over_inprocess']:.2f}x in-process)")
+            out["job_parts_p50_ms"] = parts
+            print(f"one job, LPUSH to result: p50 {out['job_p50_ms']:.2f} ms ({out['job_over_inprocess']:.2f}x "
+                  f"in-process); parts (p50 each, whole ms where the sidecar timed them): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
             for n in (1, 2):
                 if len(stack.sidecars) < n:
                     stack.add_sidecar()
