@@ -58,7 +58,7 @@ def run_sidecar(args) -> int:
 
     from ..core.errors import PreprocessError
     from ..pipeline.driver import Preprocessor
-    from ..sidecar.jobs import Engine, check_served, fingerprint_from
+    from ..sidecar.jobs import engine_for, fingerprint_from
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -67,13 +67,8 @@ def run_sidecar(args) -> int:
         limits = _given(**{dest: getattr(args, dest) for _, _, _, dest, _ in IMAGE_LIMITS})
         model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0,
                                         **limits)
-        check_served(model)
-        supported = model.family.device_normalization() is not None
-        raw = supported if args.mm_device_do_normalize is None else args.mm_device_do_normalize
-        if raw and not supported:
-            raise ValueError(f"--mm-device-do-normalize: vLLM's model for {args.model} ({model.family.name}) does "
-                             "not normalize pixels on the device, so raw pixels would never be normalized")
-        engine = Engine(fingerprint, raw=raw, schemes=advertised_schemes(policy.allowed_local_media_path))
+        engine = engine_for(model, fingerprint, advertised_schemes(policy.allowed_local_media_path),
+                            args.mm_device_do_normalize)
         max_result = int(os.environ.get(ENV_MAX_RESULT_BYTES) or DEFAULT_MAX_RESULT_BYTES)
     except (OSError, ValueError, PreprocessError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -181,6 +181,21 @@ def _process_code(e: PreprocessError) -> str:
     return "processor_error"
 
 
+def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
+               device_normalize: bool | None = None) -> Engine:
+    """The engine ``model``'s sidecar serves: raw pixels as vLLM 0.33 decides
+    (``mm_device_do_normalize``: on where the model class supports it) unless
+    ``device_normalize`` says; ValueError for a family not served or raw pixels nothing
+    would normalize."""
+    check_served(model)
+    supported = model.family.device_normalization() is not None
+    raw = supported if device_normalize is None else device_normalize
+    if raw and not supported:
+        raise ValueError(f"--mm-device-do-normalize: vLLM's model for {model.name} ({model.family.name}) does "
+                         "not normalize pixels on the device, so raw pixels would never be normalized")
+    return Engine(fingerprint, raw=raw, schemes=schemes)
+
+
 def check_served(model: Preprocessor) -> None:
     """ValueError unless the sidecar knows what vLLM builds for the model's family."""
     if model.family.name not in IMAGE_FIELDS:

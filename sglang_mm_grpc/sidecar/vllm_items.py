@@ -10,7 +10,8 @@ A sidecar result carries, per media item, the one buffer vLLM's
      "field": (factory name, {the field dataclass's fields, in order})}
 
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
-field's element keeps every item's slices; a slice is encoded as (start, stop, step)).
+field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
+what the served families' items hold is here: tensors in batched and dim-0 flat fields.
 The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
 ``set`` of them iterates (``MultiModalKwargsItems.from_hf_inputs``), which changes with
 the process's hash seed; the decoder reads any order, and here it is the field config's.
@@ -27,20 +28,16 @@ import numpy as np
 #: ``CUSTOM_TYPE_RAW_VIEW`` in vllm/v1/serial_utils.py: a tensor's bytes inline.
 RAW_VIEW = 3
 
-Slices = tuple[tuple[Union[int, None], ...], ...]  # one item's slice per dimension, as (start, stop, step)
-
 
 @dataclass(frozen=True)
 class Batched:
-    """``MultiModalFieldConfig.batched``: item i is row i of the batch."""
+    """``MultiModalFieldConfig.batched``: item i is row i of the batch (a row of a 1-D
+    tensor is a 0-d tensor, as torch indexes)."""
 
     keep_on_cpu: bool = False
 
-    def split(self, batch: Any) -> list[Any]:
-        """Rows of a tensor (a row of a 1-D one is a 0-d tensor, as torch indexes), or items."""
-        if isinstance(batch, np.ndarray):
-            return [np.asarray(batch[i]) for i in range(len(batch))]
-        return [batch[i] for i in range(len(batch))]
+    def split(self, batch: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(batch[i]) for i in range(len(batch))]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
         return "batched", {"keep_on_cpu": self.keep_on_cpu}
@@ -48,47 +45,33 @@ class Batched:
 
 @dataclass(frozen=True)
 class Flat:
-    """``MultiModalFieldConfig.flat``: item i is ``batch[slices[i]]``."""
+    """``MultiModalFieldConfig.flat`` along dim 0: item i is ``batch[start:stop]`` of its
+    (start, stop)."""
 
-    slices: tuple[Slices, ...]
-    dim: int = 0
+    bounds: tuple[tuple[int, int], ...]
     keep_on_cpu: bool = False
 
-    def split(self, batch: Any) -> list[Any]:
-        return [batch[tuple(slice(*s) for s in item)] for item in self.slices]
+    def split(self, batch: np.ndarray) -> list[np.ndarray]:
+        return [batch[start:stop] for start, stop in self.bounds]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
-        # BaseMultiModalField's keep_on_cpu first, then MultiModalFlatField's own fields
-        return "flat", {"keep_on_cpu": self.keep_on_cpu, "slices": [list(item) for item in self.slices],
-                        "dim": self.dim}
+        # BaseMultiModalField's keep_on_cpu first, then MultiModalFlatField's slices (one
+        # per item: a slice per dimension, each (start, stop, step)) and dim
+        return "flat", {"keep_on_cpu": self.keep_on_cpu,
+                        "slices": [[[start, stop, None]] for start, stop in self.bounds], "dim": 0}
 
 
-@dataclass(frozen=True)
-class Shared:
-    """``MultiModalFieldConfig.shared``: every item holds the whole batch."""
-
-    batch_size: int
-    keep_on_cpu: bool = False
-
-    def split(self, batch: Any) -> list[Any]:
-        return [batch] * self.batch_size
-
-    def encoded(self) -> tuple[str, dict[str, Any]]:
-        return "shared", {"keep_on_cpu": self.keep_on_cpu, "batch_size": self.batch_size}
+Field = Union[Batched, Flat]
 
 
-Field = Union[Batched, Flat, Shared]
-
-
-def flat_from_sizes(sizes: Sequence[int] | np.ndarray, dim: int = 0, keep_on_cpu: bool = False) -> Flat:
-    """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along ``dim``."""
+def flat_from_sizes(sizes: Sequence[int] | np.ndarray, keep_on_cpu: bool = False) -> Flat:
+    """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along dim 0."""
     ends = np.cumsum([0, *[int(s) for s in sizes]])
-    lead = ((None, None, None),) * dim
-    return Flat(tuple(lead + ((int(a), int(b), None),) for a, b in zip(ends[:-1], ends[1:])), dim, keep_on_cpu)
+    return Flat(tuple((int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])), keep_on_cpu)
 
 
-def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[Any, Field]]]:
-    """One modality's batch -> its items, each ``{key: (data, field)}`` in ``fields``' order
+def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[np.ndarray, Field]]]:
+    """One modality's batch -> its items, each ``{key: (tensor, field)}`` in ``fields``' order
     (``MultiModalKwargsItems.from_hf_inputs``); a key absent from ``batch`` is left out."""
     elems = {key: field.split(batch[key]) for key, field in fields.items() if batch.get(key) is not None}
     sizes = {key: len(v) for key, v in elems.items()}
@@ -101,20 +84,11 @@ def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[d
 _encoder = msgspec.msgpack.Encoder()
 
 
-def encode_item(item: Mapping[str, tuple[Any, Field]]) -> bytes:
+def encode_item(item: Mapping[str, tuple[np.ndarray, Field]]) -> bytes:
     """The item's bytes as vLLM's ``MsgpackEncoder(size_threshold=2**62).encode`` gives
     them (its one buffer)."""
-    return _encoder.encode({key: {"data": _nested(data), "field": field.encoded()}
+    return _encoder.encode({key: {"data": _tensor(data), "field": field.encoded()}
                             for key, (data, field) in item.items()})
-
-
-def _nested(data: Any) -> Any:
-    """``_encode_nested_tensors``: a tensor, a number, or a list of those."""
-    if isinstance(data, np.ndarray):
-        return _tensor(data)
-    if isinstance(data, (int, float)) and not isinstance(data, bool):
-        return data
-    return [_nested(x) for x in data]
 
 
 def _tensor(a: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:
