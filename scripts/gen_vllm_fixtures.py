@@ -92,6 +92,15 @@ MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 LLAMA4_IMAGES = [(150, 200, 5), (400, 900, 6)]  # one tile; 2x3 tiles and the global one
 LLAMA4_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_llama4_tensors.npz"  # made by --make-inputs
+#: case -> tests/videogen.clip's arguments: "clamp" samples 15 frames at 2 fps, the qwen2_vl
+#: loader's last index clamped from 75; "tiny" has its 4 sampled frames smaller than its bytes
+VIDEO_CASES = {"clamp": dict(frames=75, fps=10, size=(64, 96)),
+               "tiny": dict(frames=60, fps=30, size=(32, 32), noise=40.0, crf=0)}
+#: model -> its vLLM video loader (the one ``get_video_loader_backend_for_processor`` picks for
+#: its video processor) and whether its data parser keeps the video's metadata
+VIDEO_MODELS = {"Qwen/Qwen2-VL-7B-Instruct": ("qwen2_vl", False), "Qwen/Qwen2.5-VL-7B-Instruct": ("qwen2_vl", True),
+                "Qwen/Qwen3-VL-8B-Instruct": ("qwen3_vl", True)}
+VIDEO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_video_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -123,8 +132,28 @@ def make_inputs(path: Path) -> None:
     # an image whose loading converts its mode: its vLLM hash carries the conversion
     rgba = imagegen.encode(Image.fromarray(imagegen.pixels(40, 30, 4, channels=4), "RGBA"), "PNG")
     arrays["extra/rgba_png"] = np.frombuffer(rgba, np.uint8)
+    arrays.update(_make_video_inputs())
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}")
+
+
+def _make_video_inputs() -> dict:
+    """The clips (kept in the inputs) and the sidecar's video tensors of each, per model
+    (beside them, not kept: vLLM's bytes of the items are kept by sha256)."""
+    import numpy as np
+    import videogen
+    from sglang_mm_grpc.sidecar import jobs, vllm_video
+
+    clips, tensors = {}, {}
+    for case, kwargs in VIDEO_CASES.items():
+        clips[f"video/{case}"] = np.frombuffer(videogen.clip(**kwargs), np.uint8)
+        for model in VIDEO_MODELS:
+            out = jobs.load_model(model, "torchvision").preprocess([], videos=[clips[f"video/{case}"].tobytes()],
+                                                                  raw=True)
+            for name, value in vllm_video.video_batch(out).items():
+                tensors[f"{case}/{model}/{name}"] = np.asarray(value)
+    np.savez(VIDEO_TENSORS, **tensors)
+    return clips
 
 
 def _load_cases(path: Path) -> dict[str, dict]:
@@ -134,7 +163,7 @@ def _load_cases(path: Path) -> dict[str, dict]:
     with np.load(path, allow_pickle=False) as npz:
         for key in npz.files:
             case, _, tensor = key.partition("/")
-            if case in ("extra", "llama4"):
+            if case in ("extra", "llama4", "video"):
                 continue
             if not tensor:
                 raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
@@ -214,6 +243,57 @@ def _llama4_items(path: Path, encoder, decoder) -> list[dict]:
         out.append({"index": index, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
                     "keys": list(item.keys())})
         print(f"llama4 item {index}: {len(raw)} bytes keys={list(item.keys())}")
+    return out
+
+
+def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
+    """Per clip and model: what vLLM's loader samples (indices, metadata, sha256 of its RGB
+    frames), vLLM's hash of the loaded video, and the sha256 of vLLM's bytes of the item
+    built from the sidecar's tensors (fields: qwen2_vl.py ``_create_qwen2vl_field_factory``;
+    Qwen2.5-VL's ``second_per_grid_ts`` as qwen2_5_vl.py adds it; Qwen3-VL's ``timestamps``
+    as qwen3_vl.py ``_call_hf_processor`` returns them, a list of floats per video)."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+    from vllm.model_executor.models.qwen2_vl import _create_qwen2vl_field_factory
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.media.video import VideoMediaIO
+    from vllm.multimodal.parse import MultiModalDataParser
+
+    out = []
+    with np.load(inputs) as npz, np.load(VIDEO_TENSORS) as tensors:
+        for case in VIDEO_CASES:
+            data = npz[f"video/{case}"].tobytes()
+            for model, (loader, needs_metadata) in VIDEO_MODELS.items():
+                # MediaConnector.fetch_video: VideoMediaIO with the processor's loader
+                media = VideoMediaIO(ImageMediaIO(), video_backend=loader).load_bytes(data)
+                frames, metadata = media.media
+                items = MultiModalDataParser(video_needs_metadata=needs_metadata).parse_mm_data({"video": [media]})
+                key = MultiModalHasher.hash_kwargs("blake3", model_id=model,
+                                                   video=items["video"].get_item_for_hash(0))
+                prefix = f"{case}/{model}/"
+                batch = {name[len(prefix):]: tensors[name] for name in tensors.files if name.startswith(prefix)}
+                hf = {k: torch.from_numpy(v) for k, v in batch.items() if k != "timestamps"}
+                if "timestamps" in batch:
+                    hf["timestamps"] = [[float(t) for t in row] for row in batch["timestamps"]]
+                hf_inputs = BatchFeature(hf)
+                config = dict(_create_qwen2vl_field_factory(SPATIAL_MERGE_SIZE)(hf_inputs))
+                if "second_per_grid_ts" in batch:
+                    config["second_per_grid_ts"] = MultiModalFieldConfig.batched("video", keep_on_cpu=True)
+                (item,) = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)["video"]
+                (raw,) = encoder.encode(item)
+                raw = bytes(raw)
+                assert decoder.decode(raw) == item
+                out.append({"case": case, "model": model, "loader": loader,
+                            "metadata": {k: ([int(i) for i in v] if k == "frames_indices" else v) for k, v in metadata.items()},
+                            "frames": [list(frames.shape), hashlib.sha256(np.ascontiguousarray(frames)).hexdigest()],
+                            "frames_smaller": frames.nbytes < len(data), "hash": key,
+                            "item": {"keys": list(item.keys()), "bytes": len(raw),
+                                     "sha256": hashlib.sha256(raw).hexdigest()}})
+                print(f"video {case} {model}: {len(metadata['frames_indices'])} frames {list(frames.shape)} "
+                      f"hash {key[:16]} item {len(raw)} bytes keys={list(item.keys())}")
     return out
 
 
@@ -305,6 +385,7 @@ def main() -> None:
             )
 
     llama4 = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
+    videos = _video_entries(args.inputs, encoder, decoder)
 
     manifest = {
         "generator": "scripts/gen_vllm_fixtures.py",
@@ -320,6 +401,7 @@ def main() -> None:
         "files": files,
         "hashes": vllm_hashes(args.inputs),
         "llama4": llama4,
+        "videos": videos,
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")

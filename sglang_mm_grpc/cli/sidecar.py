@@ -18,11 +18,12 @@ import signal
 import sys
 from pathlib import Path
 
-from .remote import REQUEST_OPTIONS, _add_options, _given, _ServeHelpFormatter, add_media_policy_arguments
+from .remote import REQUEST_OPTIONS, VIDEO_OPTIONS, _add_options, _given, _ServeHelpFormatter, add_media_policy_arguments
 from .remote import add_processor_argument, media_policy
 
-#: The per-image limits the sidecar applies as serve does (ServerConfig's fields, by name).
+#: The per-item limits the sidecar applies as serve does (ServerConfig's fields, by name).
 IMAGE_LIMITS = tuple(o for o in REQUEST_OPTIONS if o[3] in ("max_image_pixels", "max_image_tokens"))
+VIDEO_LIMITS = tuple(o for o in VIDEO_OPTIONS if o[3] != "max_videos")
 
 
 def add_sidecar_parser(subparsers) -> argparse.ArgumentParser:
@@ -44,7 +45,7 @@ def add_sidecar_parser(subparsers) -> argparse.ArgumentParser:
                    help="the engine normalizes pixels on the device, so jobs get raw uint8 pixels (default: as "
                    "vLLM 0.33 decides: on where the model class supports it)")
     add_processor_argument(p)
-    _add_options(add_media_policy_arguments(p), IMAGE_LIMITS)
+    _add_options(add_media_policy_arguments(p), IMAGE_LIMITS + VIDEO_LIMITS)
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.set_defaults(func=run_sidecar)
     return p
@@ -57,16 +58,16 @@ def run_sidecar(args) -> int:
     from smg_grpc_servicer.vllm.media_refs import advertised_schemes
 
     from ..core.errors import PreprocessError
-    from ..pipeline.driver import Preprocessor
-    from ..sidecar.jobs import engine_for, fingerprint_from
+    from ..media.video import VideoLimits
+    from ..sidecar.jobs import engine_for, fingerprint_from, load_model
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         fingerprint = fingerprint_from(json.loads(Path(args.fingerprint).read_text()))
         policy = media_policy(args)
-        limits = _given(**{dest: getattr(args, dest) for _, _, _, dest, _ in IMAGE_LIMITS})
-        model = Preprocessor.from_model(args.model, processor=args.processor or "torchvision", cache_bytes=0,
-                                        **limits)
+        limits = _given(**{dest: getattr(args, dest) for _, _, _, dest, _ in IMAGE_LIMITS + VIDEO_LIMITS})
+        video = {k.removeprefix("video_"): limits.pop(k) for k in list(limits) if k.startswith("video_")}
+        model = load_model(args.model, args.processor or "torchvision", video_limits=VideoLimits(**video), **limits)
         engine = engine_for(model, fingerprint, advertised_schemes(policy.allowed_local_media_path),
                             args.mm_device_do_normalize)
         max_result = int(os.environ.get(ENV_MAX_RESULT_BYTES) or DEFAULT_MAX_RESULT_BYTES)

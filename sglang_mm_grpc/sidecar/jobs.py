@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import numpy as np
 from smg_grpc_servicer.mm_sidecar_protocol import (
     SCHEMA_VERSION,
     Fingerprint,
@@ -29,12 +30,15 @@ from smg_grpc_servicer.mm_sidecar_protocol import (
 )
 from smg_grpc_servicer.vllm.media_refs import parse_scheme_list, url_scheme
 
-from ..core.carriers import PreprocessOutput
+from .. import config as model_config
+from ..core.carriers import PreprocessOutput, VideoResult
 from ..core.errors import Code, PreprocessError
 from ..media import MediaFetcher
+from ..media.fetch import Item
+from ..media import video as media_video
 from ..media.decode import open_image
 from ..pipeline.driver import Preprocessor
-from . import vllm_hashes, vllm_items
+from . import vllm_hashes, vllm_items, vllm_video
 
 #: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
 #: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``, shared
@@ -93,6 +97,7 @@ class JobRunner:
         self.engine = engine
         self.executor = executor
         self.accepted = parse_scheme_list(engine.schemes)
+        self.modalities = ("image", "video") if vllm_video.takes_video(model.family) else ("image",)
 
     async def handle(self, job: Job) -> JobResult:
         started = time.time()
@@ -110,12 +115,19 @@ class JobRunner:
             if scheme not in self.accepted:
                 return failure(job.job_id, "scheme_not_accepted",
                                f"item {index}: scheme '{scheme or 'none'}' not in {self.engine.schemes}")
-            if item.modality != "image":
+            if item.modality not in self.modalities:
                 return failure(job.job_id, "fetch_failed", f"item {index}: unsupported media modality "
-                               f"{item.modality!r} (this sidecar processes images)")
+                               f"{item.modality!r} (this sidecar processes {' and '.join(self.modalities)})")
+        cap = ("video_max_bytes", self.model.video_limits.max_bytes)
+        counts = {"image": 0, "video": 0}
+        kinds = []
+        for item in job.items:  # each item numbered within its modality, a video under the video byte cap
+            kinds.append(Item(item.modality, counts[item.modality], cap if item.modality == "video" else None))
+            counts[item.modality] += 1
         try:
             data = await self.fetcher.fetch_all([item.url for item in job.items],
-                                                deadline=time.monotonic() + max(0.0, job.deadline_ms / 1000 - started))
+                                                deadline=time.monotonic() + max(0.0, job.deadline_ms / 1000 - started),
+                                                items=kinds)
         except PreprocessError as e:
             return failure(job.job_id, _fetch_code(e), e.message)
         fetched = time.time()
@@ -128,18 +140,37 @@ class JobRunner:
         return result
 
     def _processed(self, job: Job, data: list[bytes]) -> JobResult:
-        """The job's result from its fetched bytes."""
-        out = self.model.preprocess(data, job.prompt_token_ids, raw=self.engine.raw, use_cache=False)
-        fields = IMAGE_FIELDS[self.model.family.name](out)
-        batch = {"pixel_values": out.pixel_values, **out.tensors}
-        items = vllm_items.split_items(batch, fields)
+        """The job's result from its fetched bytes (images and videos each in prompt order)."""
+        images = [raw for raw, item in zip(data, job.items) if item.modality == "image"]
+        videos = [raw for raw, item in zip(data, job.items) if item.modality == "video"]
+        out = self.model.preprocess(images, job.prompt_token_ids, videos=videos, raw=self.engine.raw,
+                                    use_cache=False)
+        family = self.model.family.name
+        hashes, placeholders, kwargs = {}, {}, {}
+        if images:
+            items = vllm_items.split_items({"pixel_values": out.pixel_values, **out.tensors}, IMAGE_FIELDS[family](out))
+            hashes["image"] = [self._hash(raw, i) for i, raw in enumerate(images)]
+            placeholders["image"] = [_placeholder(im.structural_range, im.patch_ranges) for im in out.images]
+            kwargs["image"] = [vllm_items.encode_item(item) for item in items]
+        if videos:
+            items = vllm_items.split_items(vllm_video.video_batch(out), vllm_video.VIDEO_FIELDS[family](out))
+            hashes["video"] = [self._video_hash(raw, v, i) for i, (raw, v) in enumerate(zip(videos, out.videos))]
+            placeholders["video"] = [_placeholder(v.structural_range, v.patch_ranges) for v in out.videos]
+            kwargs["video"] = [vllm_items.encode_item(item) for item in items]
         return JobResult(
             v=SCHEMA_VERSION, job_id=job.job_id, ok=True, fingerprint=self.engine.fingerprint,
             prompt_token_ids=[int(t) for t in out.input_ids],
-            mm_hashes={"image": [self._hash(raw, i) for i, raw in enumerate(data)]},
-            mm_placeholders={"image": [_placeholder(im.structural_range, im.patch_ranges) for im in out.images]},
-            mm_kwargs={"image": [vllm_items.encode_item(item) for item in items]},
+            mm_hashes=hashes, mm_placeholders=placeholders, mm_kwargs=kwargs,
         )
+
+    def _video_hash(self, raw: bytes, video: VideoResult, item: int) -> str:
+        """vLLM's key of the video as its loader gives it: the encoded bytes, or the sampled
+        frames when they are smaller, with the loader's metadata."""
+        frames = None
+        if vllm_video.frames_bytes(video) < len(raw):
+            meta = media_video.probe(raw, self.model.video_limits, item)
+            frames = np.stack(list(media_video.frames(raw, video.frame_indices, meta, self.model.video_limits, item)))
+        return vllm_hashes.video_hash(raw, self.engine.fingerprint.model, vllm_video.metadata(video), frames=frames)
 
     def _hash(self, raw: bytes, item: int) -> str:
         """vLLM's key of the image as its connector loads it: converted to RGB (with the
@@ -179,6 +210,15 @@ def _process_code(e: PreprocessError) -> str:
     if e.code is Code.RESOURCE_EXHAUSTED:
         return "limit_exceeded"
     return "processor_error"
+
+
+def load_model(model: str, processor: str, **options) -> Preprocessor:
+    """The checkpoint's preprocessing as the worker's vLLM runs it: ``processor`` (the HF
+    class vLLM loads), videos sampled as vLLM's loader samples them; ``options`` go to the
+    ``Preprocessor`` (limits)."""
+    loaded = model_config.load(model, None, processor)
+    return Preprocessor(vllm_video.loader_family(loaded.family), name=loaded.name, source=loaded.source,
+                        cache_bytes=0, **options)
 
 
 def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,

@@ -11,7 +11,8 @@ A sidecar result carries, per media item, the one buffer vLLM's
 
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
 field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
-what the served families' items hold is here: tensors in batched and dim-0 flat fields.
+what the served families' items hold is here: tensors in batched and dim-0 flat fields,
+and lists of floats in batched ones (Qwen3-VL's timestamps, kept as Python floats).
 The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
 ``set`` of them iterates (``MultiModalKwargsItems.from_hf_inputs``), which changes with
 the process's hash seed; the decoder reads any order, and here it is the field config's.
@@ -32,12 +33,12 @@ RAW_VIEW = 3
 @dataclass(frozen=True)
 class Batched:
     """``MultiModalFieldConfig.batched``: item i is row i of the batch (a row of a 1-D
-    tensor is a 0-d tensor, as torch indexes)."""
+    tensor is a 0-d tensor, as torch indexes; of a list, its element)."""
 
     keep_on_cpu: bool = False
 
-    def split(self, batch: np.ndarray) -> list[np.ndarray]:
-        return [np.asarray(batch[i]) for i in range(len(batch))]
+    def split(self, batch: np.ndarray | list) -> list:
+        return list(batch) if isinstance(batch, list) else [np.asarray(batch[i]) for i in range(len(batch))]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
         return "batched", {"keep_on_cpu": self.keep_on_cpu}
@@ -70,7 +71,7 @@ def flat_from_sizes(sizes: Sequence[int] | np.ndarray, keep_on_cpu: bool = False
     return Flat(tuple((int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])), keep_on_cpu)
 
 
-def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[np.ndarray, Field]]]:
+def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[Any, Field]]]:
     """One modality's batch -> its items, each ``{key: (tensor, field)}`` in ``fields``' order
     (``MultiModalKwargsItems.from_hf_inputs``); a key absent from ``batch`` is left out."""
     elems = {key: field.split(batch[key]) for key, field in fields.items() if batch.get(key) is not None}
@@ -84,11 +85,15 @@ def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[d
 _encoder = msgspec.msgpack.Encoder()
 
 
-def encode_item(item: Mapping[str, tuple[np.ndarray, Field]]) -> bytes:
+def encode_item(item: Mapping[str, tuple[Any, Field]]) -> bytes:
     """The item's bytes as vLLM's ``MsgpackEncoder(size_threshold=2**62).encode`` gives
     them (its one buffer)."""
-    return _encoder.encode({key: {"data": _tensor(data), "field": field.encoded()}
-                            for key, (data, field) in item.items()})
+    return _encoder.encode({key: {"data": _data(data), "field": field.encoded()} for key, (data, field) in item.items()})
+
+
+def _data(data: np.ndarray | list) -> Any:
+    """``_encode_nested_tensors``: a tensor, or a list of floats as they are."""
+    return [float(x) for x in data] if isinstance(data, list) else _tensor(data)
 
 
 def _tensor(a: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:

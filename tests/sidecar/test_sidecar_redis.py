@@ -29,9 +29,10 @@ import numpy as np
 import pytest
 
 import imagegen
+import videogen
 from servers import Proc, free_port, wait_until
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.sidecar import vllm_hashes
+from sglang_mm_grpc.sidecar import jobs, vllm_hashes
 
 redis = pytest.importorskip("redis")
 from smg_grpc_servicer.mm_sidecar_protocol import (  # noqa: E402
@@ -39,7 +40,8 @@ from smg_grpc_servicer.mm_sidecar_protocol import (  # noqa: E402
 from smg_grpc_servicer.vllm.mm_processor import MmProcessorUnavailable, RedisMediaProcessor  # noqa: E402
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
-PAD, START, END = 151655, 151652, 151653
+FIXTURES = Path(__file__).parent / "fixtures"
+PAD, START, END, VPAD = 151655, 151652, 151653, 151656
 FINGERPRINT = Fingerprint(model=QWEN, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
                           media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt='{"*": {"count": 3}}')
 
@@ -90,6 +92,10 @@ def media(tmp_path_factory):
     (root / "b.jpg").write_bytes(imagegen.jpeg(120, 90, seed=12))
     (root / "c.png").write_bytes(imagegen.png(84, 112, seed=13))
     (root / "broken.png").write_bytes(imagegen.png(56, 84, seed=14)[:200])
+    (root / "v.mp4").write_bytes(videogen.clip(frames=24, fps=24))  # 4 frames sampled at 2 fps
+    with np.load(FIXTURES / "inputs.npz") as npz:  # 15 frames, the last clamped by vLLM's loader
+        (root / "clamp.mp4").write_bytes(npz["video/clamp"].tobytes())
+    (root / "broken.mp4").write_bytes((root / "v.mp4").read_bytes()[:300])
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield SimpleNamespace(root=root, http=f"http://127.0.0.1:{server.server_address[1]}")
@@ -142,12 +148,15 @@ def _processor(url: str, timeout_ms: int = 60_000) -> RedisMediaProcessor:
     return RedisMediaProcessor(engine, FINGERPRINT, redis_url=url, timeout_ms=timeout_ms)
 
 
-def _job(urls: list[str], ids: list[int] | None = None, *, modality: str = "image", deadline_s: float = 60,
-         fingerprint: Fingerprint = FINGERPRINT, v: int = SCHEMA_VERSION) -> Job:
+def _job(urls: list[str], ids: list[int] | None = None, *, modality: str | list[str] = "image",
+         deadline_s: float = 60, fingerprint: Fingerprint = FINGERPRINT, v: int = SCHEMA_VERSION) -> Job:
+    """``modality``: every item's, or each item's in order."""
     now = int(time.time() * 1000)
-    ids = ids if ids is not None else [1] + [START, PAD, END] * len(urls) + [2]
+    modalities = [modality] * len(urls) if isinstance(modality, str) else modality
+    ids = ids if ids is not None else [1] + [t for m in modalities for t in (START, VPAD if m == "video" else PAD,
+                                                                             END)] + [2]
     return Job(v=v, job_id=uuid.uuid4().hex, request_id="r", fingerprint=fingerprint, prompt_token_ids=ids,
-               prompt=None, items=[JobItem(modality=modality, url=u) for u in urls], enqueued_ms=now,
+               prompt=None, items=[JobItem(modality=m, url=u) for m, u in zip(modalities, urls)], enqueued_ms=now,
                deadline_ms=now + int(deadline_s * 1000))
 
 
@@ -161,6 +170,44 @@ def _submit(stack, job: Job):
             await proc._client.aclose()
 
     return asyncio.run(run())
+
+
+def _video_urls(media) -> list[str]:
+    v = (media.root / "v.mp4").read_bytes()
+    return [f"data:video/mp4;base64,{base64.b64encode(v).decode()}", f"{media.http}/clamp.mp4",
+            f"file://{media.root / 'v.mp4'}"]
+
+
+def test_videos_by_data_url_http_and_file_with_an_image_equal_the_services_own(stack, media):
+    """Three videos, one of each source, around an image: ids, each item's range, vLLM's keys
+    (the clamped clip's is vLLM 0.33.0's own, from the fixtures) and the items' tensors are
+    what the service computes in process with frames sampled as vLLM's loader samples them."""
+    urls = _video_urls(media)
+    job = _job([urls[0], f"{media.http}/a.png", urls[1], urls[2]], modality=["video", "image", "video", "video"])
+    result = _submit(stack, job)
+    assert result.ok, (result.code, result.message)
+    videos = [(media.root / n).read_bytes() for n in ("v.mp4", "clamp.mp4", "v.mp4")]
+    want = jobs.load_model(QWEN, "torchvision").preprocess([(media.root / "a.png").read_bytes()],
+                                                           job.prompt_token_ids, videos=videos, raw=True)
+    assert result.prompt_token_ids == want.input_ids.tolist()
+    assert [(p.offset, p.length, p.is_embed) for p in result.mm_placeholders["video"]] == [
+        (*v.structural_range, None) for v in want.videos]
+    assert [(p.offset, p.length) for p in result.mm_placeholders["image"]] == [want.images[0].structural_range]
+    manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
+    clamped = next(e for e in manifest["videos"] if e["case"] == "clamp" and e["model"] == QWEN)
+    assert [len(v.frame_indices) for v in want.videos] == [4, 15, 4]
+    assert result.mm_hashes["video"][1] == clamped["hash"]
+    assert result.mm_hashes["video"][0] == result.mm_hashes["video"][2] != clamped["hash"]
+    grids = want.video_tensors["video_grid_thw"]
+    starts = np.cumsum([0, *grids.prod(-1)])
+    for i, blob in enumerate(result.mm_kwargs["video"]):
+        item = msgspec.msgpack.decode(blob)
+        assert set(item) == {"pixel_values_videos", "video_grid_thw"}
+        dtype, shape, ext = item["pixel_values_videos"]["data"]
+        assert dtype == "uint8" and np.array_equal(np.frombuffer(ext.data, np.uint8).reshape(shape),
+                                                   want.pixel_values_videos[starts[i]:starts[i + 1]])
+        assert np.frombuffer(item["video_grid_thw"]["data"][2].data, np.int64).tolist() == grids[i].tolist()
+    assert len(result.mm_kwargs["image"]) == 1
 
 
 def test_the_worker_finds_the_sidecar(stack):
@@ -213,7 +260,7 @@ def test_images_by_data_url_http_and_file_equal_the_services_own(stack, media):
 
 @pytest.mark.parametrize("case", [
     "past_deadline", "unknown_modality", "too_many_items", "unreachable", "undecodable_image",
-    "placeholder_mismatch", "missing_file", "scheme", "fingerprint"])
+    "placeholder_mismatch", "missing_file", "scheme", "fingerprint", "undecodable_video"])
 def test_each_failure_is_answered_with_its_code(stack, media, case):
     """The worker raises ValueError for the client's codes and MmProcessorUnavailable for
     the retryable ones, with the sidecar's code in the message."""
@@ -229,6 +276,7 @@ def test_each_failure_is_answered_with_its_code(stack, media, case):
         "scheme": (_job(["ftp://127.0.0.1/a.png"]), "scheme_not_accepted"),
         "fingerprint": (_job([png], fingerprint=msgspec.structs.replace(FINGERPRINT, dtype="torch.float16")),
                         "fingerprint_mismatch"),
+        "undecodable_video": (_job([png, f"{media.http}/broken.mp4"], modality=["image", "video"]), "decode_failed"),
     }[case]
     error = ValueError if code not in ("expired", "fingerprint_mismatch") else MmProcessorUnavailable
     with pytest.raises(error, match=code):
@@ -369,8 +417,13 @@ def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
         job = _job([f"{media.http}/b.jpg"], [1, 200090, 2], fingerprint=fingerprint)
         stack.client.lpush(keys.jobs, encode_job(job))
         popped = stack.client.brpop(keys.result(job.job_id), timeout=60)
+        video = _job([f"{media.http}/v.mp4"], [1, 200090, 2], modality="video", fingerprint=fingerprint)
+        stack.client.lpush(keys.jobs, encode_job(video))
+        refused = decode_result(stack.client.brpop(keys.result(video.job_id), timeout=60)[1])
     finally:
         sidecar.stop()
+    assert (refused.ok, refused.code) == (False, "fetch_failed")
+    assert "unsupported media modality 'video' (this sidecar processes image)" in refused.message
     result = decode_result(popped[1])
     assert result.ok, result.message
     want = Preprocessor.from_model(LLAMA4, cache_bytes=0).preprocess([(media.root / "b.jpg").read_bytes()],
@@ -389,31 +442,33 @@ def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
 
 def test_results_equal_the_servers_vllm_payload(stack, media, tmp_path):
     """The same request to ``serve`` (Qwen2-VL with the torchvision processor, a vLLM
-    payload of raw uint8 pixels) and to the sidecar: the same expanded ids, ranges, pixels
-    and grids."""
+    payload of raw uint8 pixels, the video sampled at 2 fps as vLLM's loader samples it) and
+    to the sidecar: the same expanded ids, ranges, pixels and grids."""
     from servers import Server
     from sglang_mm_grpc.client import Client, payload_options
     from sglang_mm_grpc.wire.tensors import to_array
 
-    urls = _urls(media)
-    job = _job(urls)
+    job = _job([*_urls(media), _video_urls(media)[0]], modality=["image"] * 3 + ["video"])
     result = _submit(stack, job)
+    assert result.ok, (result.code, result.message)
     raws = [(media.root / n).read_bytes() for n in ("a.png", "b.jpg", "c.png")]
     server = Server(tmp_path, "--processor", "torchvision", models=[QWEN])
     try:
         with Client(server.target, timeout=60) as c:
-            payload = c.preprocess(QWEN, raws, job.prompt_token_ids, "vllm",
-                                   options=payload_options("uint8", "inline")).payload
+            payload = c.preprocess(QWEN, raws, job.prompt_token_ids, "vllm", options=payload_options("uint8", "inline"),
+                                   videos=[(media.root / "v.mp4").read_bytes()], video_options={"fps": 2.0}).payload
     finally:
         server.stop()
-    vllm = payload.vllm
     assert result.prompt_token_ids == list(payload.input_ids)
-    assert [(p.offset, p.length) for p in result.mm_placeholders["image"]] == \
-        [(p.offset, p.length) for p in vllm.mm_placeholders]
-    pixels = to_array(vllm.pixel_values)
-    grids = to_array(vllm.model_specific_tensors["image_grid_thw"])
-    items = [msgspec.msgpack.decode(blob) for blob in result.mm_kwargs["image"]]
-    got = np.concatenate([np.frombuffer(i["pixel_values"]["data"][2].data, np.uint8).reshape(
-        i["pixel_values"]["data"][1]) for i in items])
-    assert pixels.dtype == np.uint8 and np.array_equal(got, pixels)
-    assert [np.frombuffer(i["image_grid_thw"]["data"][2].data, np.int64).tolist() for i in items] == grids.tolist()
+    for modality, batch in (("image", payload.vllm), ("video", payload.vllm_extra[0])):
+        key = f"{modality}_grid_thw"
+        assert [(p.offset, p.length) for p in result.mm_placeholders[modality]] == \
+            [(p.offset, p.length) for p in batch.mm_placeholders]
+        items = [msgspec.msgpack.decode(blob) for blob in result.mm_kwargs[modality]]
+        pixels_key = "pixel_values" if modality == "image" else "pixel_values_videos"
+        got = np.concatenate([np.frombuffer(i[pixels_key]["data"][2].data, np.uint8).reshape(
+            i[pixels_key]["data"][1]) for i in items])
+        pixels = to_array(batch.pixel_values)
+        assert pixels.dtype == np.uint8 and np.array_equal(got, pixels)
+        assert [np.frombuffer(i[key]["data"][2].data, np.int64).tolist() for i in items] == \
+            to_array(batch.model_specific_tensors[key]).tolist()

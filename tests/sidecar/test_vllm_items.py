@@ -5,7 +5,9 @@ vLLM builds (``_create_qwen2vl_field_factory``, ``MultiModalKwargsItems.from_hf_
 from tensors this service produced: scripts/gen_vllm_fixtures.py, run in a venv with
 vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions and the hash seed).
 The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMediaIO.load_bytes``
-loads it, under several hash factors.
+loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
+loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
+the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.sidecar import vllm_hashes, vllm_items
+from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_items, vllm_video
 from sglang_mm_grpc.sidecar.jobs import IMAGE_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -33,7 +35,7 @@ def _inputs() -> dict[str, dict[str, np.ndarray]]:
     with np.load(FIXTURES / "inputs.npz") as npz:
         for key in npz.files:
             case, _, name = key.partition("/")
-            if case in ("extra", "llama4"):
+            if case in ("extra", "llama4", "video"):
                 continue
             cases.setdefault(case, {})[name] = npz[key]
     return cases
@@ -128,3 +130,68 @@ def test_llama4_items_encode_to_vllms_bytes():
     for entry, item in zip(MANIFEST["llama4"], items, strict=True):
         raw = vllm_items.encode_item({key: item[key] for key in entry["keys"]})
         assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["bytes"], entry["sha256"])
+
+
+VIDEOS = MANIFEST["videos"]
+
+
+def _clip(case: str) -> bytes:
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        return npz[f"video/{case}"].tobytes()
+
+
+def _video_out(entry: dict):
+    pytest.importorskip("av")
+    return jobs.load_model(entry["model"], "torchvision").preprocess([], videos=[_clip(entry["case"])], raw=True)
+
+
+def test_the_video_fixtures_cover_each_qwen_model_and_both_hash_paths():
+    assert {e["model"] for e in VIDEOS} == {QWEN, "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct"}
+    assert {e["loader"] for e in VIDEOS} == {"qwen2_vl", "qwen3_vl"}
+    assert {e["frames_smaller"] for e in VIDEOS} == {True, False}
+    clamped = next(e for e in VIDEOS if e["case"] == "clamp" and e["loader"] == "qwen2_vl")
+    assert clamped["metadata"]["frames_indices"][-2:] == [69, 74]  # 75 from the float32 step, clamped
+
+
+@pytest.mark.parametrize("entry", VIDEOS, ids=lambda e: f"{e['case']}-{e['model']}")
+def test_videos_are_sampled_and_decoded_as_vllms_loader_does(entry):
+    """The loader's indices and metadata, and its frames (OpenCV) equal PyAV's here."""
+    from sglang_mm_grpc.media import video as media_video
+
+    (video,) = _video_out(entry).videos
+    assert vllm_video.metadata(video) == entry["metadata"]
+    data = _clip(entry["case"])
+    frames = np.stack(list(media_video.frames(data, video.frame_indices, media_video.probe(data))))
+    assert [list(frames.shape), hashlib.sha256(frames).hexdigest()] == entry["frames"]
+
+
+@pytest.mark.parametrize("entry", VIDEOS, ids=lambda e: f"{e['case']}-{e['model']}")
+def test_video_hashes_and_items_are_vllms(entry):
+    """vLLM's key (on the bytes, or on the frames where they are smaller) and the sha256 of
+    vLLM's item bytes, in the key order vLLM's run had."""
+    from sglang_mm_grpc.media import video as media_video
+
+    out = _video_out(entry)
+    (video,) = out.videos
+    data = _clip(entry["case"])
+    frames = None
+    if entry["frames_smaller"]:
+        assert vllm_video.frames_bytes(video) < len(data)
+        frames = np.stack(list(media_video.frames(data, video.frame_indices, media_video.probe(data))))
+    assert vllm_hashes.video_hash(data, entry["model"], vllm_video.metadata(video), frames=frames) == entry["hash"]
+    (item,) = vllm_items.split_items(vllm_video.video_batch(out), vllm_video.VIDEO_FIELDS["qwen_vl"](out))
+    assert sorted(item) == sorted(entry["item"]["keys"])
+    raw = vllm_items.encode_item({key: item[key] for key in entry["item"]["keys"]})
+    assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["item"]["bytes"], entry["item"]["sha256"])
+
+
+def test_hf_sampling_refuses_the_index_vllms_loader_clamps():
+    """Without the loader's clamp, the float32 step's index 75 of a 75-frame clip is past
+    its end (HF indexes past it): the service's own sampling refuses it."""
+    pytest.importorskip("av")
+    from sglang_mm_grpc.core.carriers import VideoOptions
+    from sglang_mm_grpc.core.errors import PreprocessError
+
+    with pytest.raises(PreprocessError, match="frame 75 is missing"):
+        Preprocessor.from_model(QWEN, cache_bytes=0).preprocess(
+            [], videos=[_clip("clamp")], video_options=VideoOptions(fps=2.0), raw=True)

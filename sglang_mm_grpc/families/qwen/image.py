@@ -259,6 +259,14 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
             raise self._no_video()
         return video if options is None or options == VideoOptions() else qwen_video.with_options(video, options)
 
+    def with_video(self, **knobs) -> "QwenVL":
+        """This checkpoint with its video processor's knobs changed (e.g. sampling frames as
+        another loader does before the processor sees them)."""
+        video = self.config.video
+        if video is None:
+            raise self._no_video()
+        return QwenVL(replace(self.config, video=replace(video, **knobs)))
+
     def _no_video(self) -> PreprocessError:
         return PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family has no video processor "
                                "configured for this model", kind="video")

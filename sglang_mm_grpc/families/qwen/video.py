@@ -61,6 +61,10 @@ class VideoConfig(Normalization):
     #: Qwen3-VL: ids of TIMESTAMP_PIECES, in that order (None: unknown, video refused).
     timestamp_ids: tuple[int, ...] | None = None
     timestamp_source: str = ""
+    #: vLLM's ``qwen2_vl`` video loader (vllm/multimodal/video.py ``Qwen2VLVideoBackend``) clamps
+    #: the index past the last frame that the float32 step can make to the last frame, and keeps
+    #: it; HF's ``sample_frames`` indexes past the end (refused here) unless this is set.
+    clamp_last_index: bool = False
 
 
 def _class_defaults(kind: str) -> dict:
@@ -155,7 +159,8 @@ def sample_qwen2(c: VideoConfig, total: int, video_fps: float, item: int | None 
         raise _bad(f"sampling asks for {num} frames of a video of {total} (num_frames or fps too large)", item)
     if num <= 0:
         raise _bad(f"sampling {total} frame(s) takes {num} frames (at least {tps} are needed)", item)
-    return _torch_arange_int(total, total / num)
+    indices = _torch_arange_int(total, total / num)
+    return np.minimum(indices, total - 1) if c.clamp_last_index else indices
 
 
 def sample_qwen3(c: VideoConfig, total: int, video_fps: float, item: int | None = None) -> np.ndarray:
