@@ -5,12 +5,13 @@ on results this sidecar made: the engine input vLLM then schedules.
     .venv/bin/python scripts/check_sidecar_rebuild.py --make-results DIR
     /path/to/vllm-venv/bin/python scripts/check_sidecar_rebuild.py --rebuild DIR
 
-The first (the project's venv, with the sidecar extra) answers jobs for the PNGs of
-tests/sidecar/fixtures/inputs.npz (one image, then two) with the sidecar's JobRunner and
-writes each encoded JobResult, with the in-process tensors it must hold. The second (a
+The first (the project's venv, with the sidecar extra) answers jobs for the PNGs and clips
+of tests/sidecar/fixtures/inputs.npz (Qwen2-VL: one image, then two; Qwen2.5-VL: an image
+and a video; Qwen3-VL: two videos) with the sidecar's JobRunner and writes each encoded
+JobResult, with the in-process tensors it must hold. The second (a
 venv with vllm==0.33.0 and smg-grpc-servicer) decodes each result as the worker does,
-rebuilds the engine input with ``_rebuild`` and checks its token ids, placeholder ranges,
-hashes and every tensor (decoded by vLLM's MsgpackDecoder) against them.
+rebuilds the engine input with ``_rebuild`` and checks its token ids, placeholder ranges
+and ``is_embed``, hashes and every tensor (decoded by vLLM's MsgpackDecoder) against them.
 """
 
 from __future__ import annotations
@@ -26,14 +27,24 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = "Qwen/Qwen2-VL-7B-Instruct"
-IDS = {1: [1, 151652, 151655, 151653, 2], 2: [1, 151652, 151655, 151653, 7, 151652, 151655, 151653, 2]}
+START, PAD, VPAD, END = 151652, 151655, 151656, 151653
+#: case -> model, the PNGs and clips of tests/sidecar/fixtures/inputs.npz it sends (images
+#: first in the prompt, then videos)
+CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], []),
+         "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], []),
+         "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"]),
+         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"])}
+PIXELS = {"image": ("pixel_values", "image_grid_thw"), "video": ("pixel_values_videos", "video_grid_thw")}
 
 
-def _fingerprint():
+def _ids(images: int, videos: int) -> list[int]:
+    return [1] + [START, PAD, END] * images + [START, VPAD, END] * videos + [2]
+
+
+def _fingerprint(model: str):
     from smg_grpc_servicer.mm_sidecar_protocol import Fingerprint
 
-    return Fingerprint(model=MODEL, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
+    return Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
                        media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt='{"*": {"count": 8}}')
 
 
@@ -42,35 +53,44 @@ def make_results(out: Path) -> None:
 
     from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Job, JobItem, encode_result
 
-    from sglang_mm_grpc import Preprocessor
     from sglang_mm_grpc.media import MediaFetcher
-    from sglang_mm_grpc.sidecar.jobs import Engine, JobRunner
+    from sglang_mm_grpc.sidecar import jobs, vllm_video
 
     out.mkdir(parents=True, exist_ok=True)
     with np.load(ROOT / "tests/sidecar/fixtures/inputs.npz") as npz:
-        cases = {"one": [npz["one/png0"].tobytes()], "two": [npz["two/png0"].tobytes(), npz["two/png1"].tobytes()]}
-    model = Preprocessor.from_model(MODEL, processor="torchvision", cache_bytes=0)
+        data = {key: npz[key].tobytes() for key in npz.files}
 
     async def run() -> None:
         fetcher = MediaFetcher()
         with ThreadPoolExecutor(1) as pool:
-            runner = JobRunner(model, fetcher, Engine(_fingerprint(), raw=True, schemes="http,https,data"), pool)
-            for case, pngs in cases.items():
+            for case, (name, pngs, clips) in CASES.items():
+                model = jobs.load_model(name, "torchvision")
+                runner = jobs.JobRunner(model, fetcher, jobs.Engine(_fingerprint(name), raw=True,
+                                                                    schemes="http,https,data"), pool)
                 now = int(time.time() * 1000)
-                items = [JobItem("image", "data:image/png;base64," + base64.b64encode(p).decode()) for p in pngs]
-                job = Job(SCHEMA_VERSION, uuid.uuid4().hex, "check", _fingerprint(), IDS[len(pngs)], None, items,
-                          now, now + 60_000)
+                items = [JobItem("image", "data:image/png;base64," + base64.b64encode(data[k]).decode()) for k in pngs]
+                items += [JobItem("video", "data:video/mp4;base64," + base64.b64encode(data[k]).decode())
+                          for k in clips]
+                ids = _ids(len(pngs), len(clips))
+                job = Job(SCHEMA_VERSION, uuid.uuid4().hex, "check", _fingerprint(name), ids, None, items, now,
+                          now + 60_000)
                 result = await runner.handle(job)
                 assert result.ok, result.message
                 (out / f"{case}.result").write_bytes(encode_result(result))
-                want = model.preprocess(pngs, IDS[len(pngs)], raw=True)
-                np.savez(out / f"{case}.npz", input_ids=want.input_ids, pixel_values=want.pixel_values,
-                         image_grid_thw=want.tensors["image_grid_thw"],
-                         ranges=np.array([im.structural_range for im in want.images]))
+                want = model.preprocess([data[k] for k in pngs], ids, videos=[data[k] for k in clips], raw=True)
+                arrays = {"input_ids": want.input_ids}
+                if pngs:
+                    arrays.update(pixel_values=want.pixel_values, image_grid_thw=want.tensors["image_grid_thw"],
+                                  image_ranges=np.array([im.structural_range for im in want.images]))
+                if clips:
+                    arrays.update({k: np.concatenate(v) if k == "timestamps" else v  # a list per video
+                                   for k, v in vllm_video.video_batch(want).items()},
+                                  video_ranges=np.array([v.structural_range for v in want.videos]))
+                np.savez(out / f"{case}.npz", **arrays)
         await fetcher.aclose()
 
     asyncio.run(run())
-    print(f"wrote {len(cases)} results to {out}")
+    print(f"wrote {len(CASES)} results to {out}")
 
 
 def rebuild(directory: Path) -> None:
@@ -85,21 +105,35 @@ def rebuild(directory: Path) -> None:
     for path in sorted(directory.glob("*.result")):
         want = np.load(path.with_suffix(".npz"))
         prompt = worker._rebuild(decode_result(path.read_bytes()), None, 0.0)
-        assert prompt["prompt_token_ids"] == want["input_ids"].tolist()
-        ranges = [(r.offset, r.length) for r in prompt["mm_placeholders"]["image"]]
-        assert ranges == [tuple(r) for r in want["ranges"].tolist()], ranges
-        assert all(r.is_embed is None for r in prompt["mm_placeholders"]["image"])
-        items = prompt["mm_kwargs"]["image"]
-        assert len(prompt["mm_hashes"]["image"]) == len(items) == len(want["image_grid_thw"])
-        rows = np.concatenate([item["pixel_values"].data.numpy() for item in items])
-        assert all(item["pixel_values"].data.dtype == torch.uint8 for item in items)  # raw: not cast
-        assert np.array_equal(rows, want["pixel_values"])
-        grids = np.stack([item["image_grid_thw"].data.numpy() for item in items])
-        assert np.array_equal(grids, want["image_grid_thw"])
-        batched = prompt["mm_kwargs"].get_data()  # the keyword arguments the model is called with
-        assert np.array_equal(batched["pixel_values"].numpy(), want["pixel_values"])
-        print(f"{path.name}: rebuilt by vLLM {vllm.__version__}: {len(items)} item(s), ids, ranges, pixels "
-              f"{tuple(batched['pixel_values'].shape)} {batched['pixel_values'].dtype} and grids equal")
+        ids = want["input_ids"]
+        assert prompt["prompt_token_ids"] == ids.tolist()
+        said = []
+        for modality, (pixels, grid) in PIXELS.items():
+            if f"{modality}_ranges" not in want.files:
+                assert modality not in prompt["mm_kwargs"]
+                continue
+            places = prompt["mm_placeholders"][modality]
+            assert [(r.offset, r.length) for r in places] == [tuple(r) for r in want[f"{modality}_ranges"].tolist()]
+            for r in places:  # embeddings exactly on the image / video tokens
+                span = ids[r.offset:r.offset + r.length]
+                on = np.isin(span, (PAD, VPAD))
+                assert (r.is_embed is None and on.all()) or (r.is_embed is not None and
+                                                             np.array_equal(r.is_embed.numpy(), on))
+            items = prompt["mm_kwargs"][modality]
+            assert len(prompt["mm_hashes"][modality]) == len(items) == len(want[grid])
+            assert all(item[pixels].data.dtype == torch.uint8 for item in items)  # raw: not cast
+            batched = prompt["mm_kwargs"].get_data()  # the keyword arguments the model is called with
+            assert np.array_equal(batched[pixels].numpy(), want[pixels])
+            assert np.array_equal(np.stack([item[grid].data.numpy() for item in items]), want[grid])
+            for extra in ("second_per_grid_ts", "timestamps") if modality == "video" else ():
+                if extra in want.files:
+                    # the worker casts floating tensors to the engine's dtype (timestamps stay floats)
+                    got = torch.cat([torch.as_tensor(item[extra].data).reshape(-1) for item in items])
+                    assert torch.equal(got, torch.from_numpy(want[extra]).to(got.dtype)), extra
+                    said.append(f"{extra} ({got.dtype})")
+            said.append(f"{len(items)} {modality} item(s), {pixels} {tuple(batched[pixels].shape)} "
+                        f"{batched[pixels].dtype}")
+        print(f"{path.name}: rebuilt by vLLM {vllm.__version__}: ids, ranges, is_embed, {', '.join(said)} equal")
 
 
 def main() -> None:
