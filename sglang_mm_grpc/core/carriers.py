@@ -205,6 +205,59 @@ class VideoResult:
     rotation: int = 0
 
 
+@dataclass(frozen=True)
+class AudioOptions:
+    """What one request asks of an audio clip (None: the model's).
+
+    ``max_seconds``: keep only the clip's first seconds (the feature extractor's
+    ``truncation=True`` with ``max_length`` that many samples at its rate).
+    """
+
+    max_seconds: float | None = None
+
+    def merged(self, over: "AudioOptions | None") -> "AudioOptions":
+        """These options with every field ``over`` sets replacing ours."""
+        if over is None or over.max_seconds is None:
+            return self
+        return over
+
+    def as_dict(self) -> dict:
+        """The fields that are set, by name."""
+        return {} if self.max_seconds is None else {"max_seconds": self.max_seconds}
+
+
+@dataclass(frozen=True)
+class AudioMeta:
+    """An audio stream's facts from its container header (nothing decoded), as the limits
+    and the plan read them."""
+
+    sample_rate: int  # the stream's own rate, Hz
+    channels: int
+    samples: int  # per channel at ``sample_rate``: the header's count, or duration x rate
+    duration_s: float  # samples / sample_rate
+    codec: str = ""
+    container: str = ""
+    exact: bool = False  # ``samples`` is the decoded count (PCM, FLAC's STREAMINFO), not an estimate
+
+
+@dataclass(frozen=True)
+class AudioResult:
+    """Per-clip facts a router or backend needs (no features)."""
+
+    hash: str  # lowercase hex blake3 of the encoded bytes
+    encoded_bytes: int
+    token_count: int  # whole expansion
+    structural_range: tuple[int, int]  # (offset, length) in the expanded ids
+    patch_ranges: tuple[tuple[int, int], ...]  # each maximal run of the audio token
+    sample_rate: int  # the source's
+    channels: int
+    duration_s: float  # of the samples the features were made from
+    samples: int  # at the feature extractor's rate, after resampling and truncation
+    frames: int  # feature frames
+    cached: bool = False
+    options: AudioOptions | None = None  # effective
+
+
 @dataclass
 class PreprocessOutput:
     """Everything one request produced. Arrays are what the HF processor returns."""
@@ -227,6 +280,12 @@ class PreprocessOutput:
     video_tensors: dict[str, np.ndarray] = field(default_factory=dict)
     video_token_id: int | None = None
     raw_videos: list[bytes] = field(default_factory=list, repr=False)
+    audios: list[AudioResult] = field(default_factory=list)
+    #: The family's audio tensors by HF name (e.g. Inkling's audio_input_ids int32 [sum T, 80]
+    #: and audio_input_ids_mask ...), every clip's rows in order.
+    audio_tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    audio_token_id: int | None = None
+    raw_audios: list[bytes] = field(default_factory=list, repr=False)
 
     @property
     def hashes(self) -> list[str]:
