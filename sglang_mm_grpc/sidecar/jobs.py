@@ -16,7 +16,7 @@ import json
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from smg_grpc_servicer.mm_sidecar_protocol import (
@@ -38,22 +38,10 @@ from ..media.fetch import Item
 from ..media import video as media_video
 from ..media.decode import open_image
 from ..pipeline.driver import Preprocessor
-from . import vllm_hashes, vllm_items, vllm_video
+from . import vllm_hashes, vllm_image, vllm_items, vllm_video
 
-#: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
-#: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``, shared
-#: by qwen2_5_vl.py and qwen3_vl.py) and Llama 4's (mllama4.py).
-IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {
-    "qwen_vl": lambda out: {
-        "pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
-        "image_grid_thw": vllm_items.Batched(keep_on_cpu=True),
-    },
-    "llama4": lambda out: {
-        "pixel_values": vllm_items.flat_from_sizes(out.tensors["patches_per_image"]),
-        "patches_per_image": vllm_items.Batched(keep_on_cpu=True),
-        "aspect_ratios": vllm_items.Batched(keep_on_cpu=True),
-    },
-}
+#: What each served family's image items hold in vLLM (``vllm_image.IMAGE_FIELDS``).
+IMAGE_FIELDS = vllm_image.IMAGE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -143,14 +131,15 @@ class JobRunner:
         """The job's result from its fetched bytes (images and videos each in prompt order)."""
         images = [raw for raw, item in zip(data, job.items) if item.modality == "image"]
         videos = [raw for raw, item in zip(data, job.items) if item.modality == "video"]
-        out = self.model.preprocess(images, job.prompt_token_ids, videos=videos, raw=self.engine.raw,
-                                    use_cache=False)
         family = self.model.family.name
+        out = self.model.preprocess(images, vllm_image.service_prompt(family, job.prompt_token_ids, len(images)),
+                                    videos=videos, raw=self.engine.raw, use_cache=False)
         hashes, placeholders, kwargs = {}, {}, {}
         if images:
-            items = vllm_items.split_items({"pixel_values": out.pixel_values, **out.tensors}, IMAGE_FIELDS[family](out))
+            items = vllm_items.split_items(vllm_image.image_batch(out, family), IMAGE_FIELDS[family](out))
             hashes["image"] = [self._hash(raw, i) for i, raw in enumerate(images)]
-            placeholders["image"] = [_placeholder(im.structural_range, im.patch_ranges) for im in out.images]
+            placeholders["image"] = [_placeholder(vllm_image.vllm_span(family, im.structural_range), im.patch_ranges)
+                                     for im in out.images]
             kwargs["image"] = [vllm_items.encode_item(item) for item in items]
         if videos:
             items = vllm_items.split_items(vllm_video.video_batch(out), vllm_video.VIDEO_FIELDS[family](out))
@@ -214,11 +203,12 @@ def _process_code(e: PreprocessError) -> str:
 
 def load_model(model: str, processor: str, **options) -> Preprocessor:
     """The checkpoint's preprocessing as the worker's vLLM runs it: ``processor`` (the HF
-    class vLLM loads), videos sampled as vLLM's loader samples them; ``options`` go to the
-    ``Preprocessor`` (limits)."""
+    class vLLM loads), images resized where vLLM's processor resizes them first (Inkling:
+    ``vllm_image.processor_family``), videos sampled as vLLM's loader samples them;
+    ``options`` go to the ``Preprocessor`` (limits)."""
     loaded = model_config.load(model, None, processor)
-    return Preprocessor(vllm_video.loader_family(loaded.family), name=loaded.name, source=loaded.source,
-                        cache_bytes=0, **options)
+    family = vllm_image.processor_family(vllm_video.loader_family(loaded.family))
+    return Preprocessor(family, name=loaded.name, source=loaded.source, cache_bytes=0, **options)
 
 
 def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
@@ -237,10 +227,9 @@ def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
 
 
 def check_served(model: Preprocessor) -> None:
-    """ValueError unless the sidecar knows what vLLM builds for the model's family."""
-    if model.family.name not in IMAGE_FIELDS:
-        raise ValueError(f"the sidecar does not serve the {model.family.name} family yet "
-                         f"(served: {', '.join(sorted(IMAGE_FIELDS))})")
+    """ValueError unless the sidecar knows what vLLM builds for the model's family (why
+    not: ``vllm_image.REFUSED``)."""
+    vllm_image.check_served(model.family)
 
 
 def fingerprint_from(mapping: Mapping[str, str]) -> Fingerprint:

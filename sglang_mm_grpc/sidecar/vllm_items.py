@@ -12,8 +12,9 @@ A sidecar result carries, per media item, the one buffer vLLM's
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
 field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
 what the served families' items hold is here: tensors in batched and dim-0 flat fields,
-and lists of floats in batched ones (Qwen3-VL's timestamps, kept as Python floats).
-The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
+bfloat16 tensors in flat ones (Inkling's pixels, which vLLM casts to bfloat16: held here
+as their bit patterns, ``BFloat16``), and lists of floats in batched ones (Qwen3-VL's
+timestamps, kept as Python floats). The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
 ``set`` of them iterates (``MultiModalKwargsItems.from_hf_inputs``), which changes with
 the process's hash seed; the decoder reads any order, and here it is the field config's.
 """
@@ -28,6 +29,29 @@ import numpy as np
 
 #: ``CUSTOM_TYPE_RAW_VIEW`` in vllm/v1/serial_utils.py: a tensor's bytes inline.
 RAW_VIEW = 3
+
+
+@dataclass(frozen=True)
+class BFloat16:
+    """A ``torch.bfloat16`` tensor, held as its bit patterns (uint16): ``of(a)`` is what
+    ``torch.from_numpy(a).to(torch.bfloat16)`` makes of a float32 ``a`` on the CPU (round
+    to nearest, ties to even, on the bits; NaN as 0xFFFF, as torch's vectorized
+    conversion writes it). Slices along dim 0 (a flat field's split) stay bfloat16."""
+
+    bits: np.ndarray
+
+    @classmethod
+    def of(cls, a: np.ndarray) -> "BFloat16":
+        x = np.ascontiguousarray(a, dtype=np.float32)
+        u = x.view(np.uint32)
+        bits = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+        return cls(np.where(np.isnan(x), np.uint16(0xFFFF), bits))
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def __getitem__(self, index: slice) -> "BFloat16":
+        return BFloat16(self.bits[index])
 
 
 @dataclass(frozen=True)
@@ -52,7 +76,7 @@ class Flat:
     bounds: tuple[tuple[int, int], ...]
     keep_on_cpu: bool = False
 
-    def split(self, batch: np.ndarray) -> list[np.ndarray]:
+    def split(self, batch: np.ndarray | BFloat16) -> list:
         return [batch[start:stop] for start, stop in self.bounds]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
@@ -91,9 +115,14 @@ def encode_item(item: Mapping[str, tuple[Any, Field]]) -> bytes:
     return _encoder.encode({key: {"data": _data(data), "field": field.encoded()} for key, (data, field) in item.items()})
 
 
-def _data(data: np.ndarray | list) -> Any:
+def _data(data: np.ndarray | BFloat16 | list) -> Any:
     """``_encode_nested_tensors``: a tensor, or a list of floats as they are."""
-    return [float(x) for x in data] if isinstance(data, list) else _tensor(data)
+    if isinstance(data, list):
+        return [float(x) for x in data]
+    if isinstance(data, BFloat16):
+        return "bfloat16", tuple(int(d) for d in data.bits.shape), msgspec.msgpack.Ext(
+            RAW_VIEW, np.ascontiguousarray(data.bits).reshape(-1).view(np.uint8).data)
+    return _tensor(data)
 
 
 def _tensor(a: np.ndarray) -> tuple[str, tuple[int, ...], msgspec.msgpack.Ext]:

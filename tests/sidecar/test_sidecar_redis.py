@@ -357,8 +357,8 @@ def test_engine_kwargs_it_does_not_reproduce_are_refused_at_start(tmp_path):
                         "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "misses vllm_version" in r.stderr
     fp.write_text(json.dumps(FINGERPRINT.to_hello()))
-    for model, says in (("no/such-model", "unknown model"), ("mistral-community/pixtral-12b",
-                                                             "does not serve the pixtral family yet")):
+    for model, says in (("no/such-model", "unknown model"),
+                        ("mistral-community/pixtral-12b", "does not serve the pixtral family: vLLM 0.33.0 runs it")):
         r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", model,
                             "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
