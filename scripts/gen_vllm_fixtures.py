@@ -1,4 +1,4 @@
-"""Generate golden vLLM msgpack bytes for Qwen2-VL ``MultiModalKwargsItem``s.
+"""Generate golden vLLM msgpack bytes for the sidecar's ``MultiModalKwargsItem``s.
 
 Two steps, in two venvs:
 
@@ -39,6 +39,17 @@ ext type 3), and writes
 Each file is decoded back with ``MsgpackDecoder(MultiModalKwargsItem)`` and the
 decoded tensors are checked against the inputs (one line printed per item).
 
+The other families
+------------------
+Llama 4 and the Qwen videos are kept by the sha256 of vLLM's bytes (MANIFEST.json "llama4",
+"videos"). "families" holds, per family served beyond those, vLLM's item bytes (sha256, keys),
+the expanded prompt and each image's PlaceholderRange as vLLM's own prompt-update code gives
+them, and vLLM's keys of the images: Inkling (``_inkling_entry``: vLLM's
+vllm/models/inkling/common/mm_preprocess.py, with its own pixels checked equal to the
+sidecar's). "refused" records, for the families the sidecar refuses because vLLM loads a
+torchvision image processor class where the service reproduces the PIL one, that class and
+how far its pixels are from the service's (``_refused_entries``).
+
 Key order caveat
 ----------------
 ``from_hf_inputs`` collects the keys of a modality in a ``set[str]``, so the
@@ -56,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import sys
@@ -101,6 +113,17 @@ VIDEO_CASES = {"clamp": dict(frames=75, fps=10, size=(64, 96)),
 VIDEO_MODELS = {"Qwen/Qwen2-VL-7B-Instruct": ("qwen2_vl", False), "Qwen/Qwen2.5-VL-7B-Instruct": ("qwen2_vl", True),
                 "Qwen/Qwen3-VL-8B-Instruct": ("qwen3_vl", True)}
 VIDEO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_video_tensors.npz"  # made by --make-inputs
+#: Inkling (vLLM 0.33: vllm/models/inkling/common/mm_preprocess.py): a PNG and a JPEG in a prompt
+#: of three <|content_image|> markers (vLLM replaces the first two; the third stays text)
+INKLING = "thinkingmachines/Inkling"
+INKLING_IMAGES = [("png", 50, 70, 8), ("jpeg", 130, 90, 9)]
+INKLING_PROMPT = [1, 200005, 7, 200005, 8, 200005, 2]
+INKLING_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_inkling_tensors.npz"  # made by --make-inputs
+#: the refused families whose HF processor the service reproduces in its PIL class: the
+#: service's pixels of the Llama 4 JPEGs, against the class vLLM's transformers loads
+REFUSED_MODELS = ["llava-hf/llava-1.5-7b-hf", "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-community/pixtral-12b",
+                  "mistralai/Mistral-Small-3.1-24B-Instruct-2503"]
+REFUSED_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_refused_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -133,6 +156,7 @@ def make_inputs(path: Path) -> None:
     rgba = imagegen.encode(Image.fromarray(imagegen.pixels(40, 30, 4, channels=4), "RGBA"), "PNG")
     arrays["extra/rgba_png"] = np.frombuffer(rgba, np.uint8)
     arrays.update(_make_video_inputs())
+    arrays.update(_make_family_inputs([bytes(arrays[f"llama4/jpeg{i}"]) for i in range(len(LLAMA4_IMAGES))]))
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}")
 
@@ -156,6 +180,24 @@ def _make_video_inputs() -> dict:
     return clips
 
 
+def _make_family_inputs(jpegs: list[bytes]) -> dict:
+    """Inkling's images (kept in the inputs) and the sidecar's tensors of them; the refused
+    families' pixels of ``jpegs`` (both beside the inputs, not kept)."""
+    import numpy as np
+    import imagegen
+    from sglang_mm_grpc.sidecar import jobs, vllm_image
+
+    images = [getattr(imagegen, kind)(h, w, seed=seed) for kind, h, w, seed in INKLING_IMAGES]
+    ink = jobs.load_model(INKLING, "torchvision")
+    out = ink.preprocess(images, vllm_image.service_prompt("inkling", INKLING_PROMPT, len(images)))
+    np.savez(INKLING_TENSORS, pixel_values=out.pixel_values, num_patches=out.tensors["num_patches"])
+    refused = {}
+    for model in REFUSED_MODELS:
+        refused[model] = jobs.load_model(model, "torchvision").preprocess(jpegs).pixel_values
+    np.savez(REFUSED_TENSORS, **refused)
+    return {f"inkling/image{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(images)}
+
+
 def _load_cases(path: Path) -> dict[str, dict]:
     import numpy as np
 
@@ -163,7 +205,7 @@ def _load_cases(path: Path) -> dict[str, dict]:
     with np.load(path, allow_pickle=False) as npz:
         for key in npz.files:
             case, _, tensor = key.partition("/")
-            if case in ("extra", "llama4", "video"):
+            if case in ("extra", "llama4", "video", "inkling"):
                 continue
             if not tensor:
                 raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
@@ -297,6 +339,132 @@ def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
     return out
 
 
+def _item_entry(item, encoder, decoder) -> dict:
+    (raw,) = encoder.encode(item)
+    raw = bytes(raw)
+    assert decoder.decode(raw) == item
+    return {"keys": list(item.keys()), "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def _preset(model: str) -> dict:
+    """The service's built-in preset of ``model`` (the checkpoint's JSON files)."""
+    return json.loads((Path(__file__).resolve().parents[1] / "sglang_mm_grpc/config/presets" /
+                       f"{model.replace('/', '__')}.json").read_text())
+
+
+def _preset_dir(model: str, root: Path) -> Path:
+    """A checkpoint directory with the preset's preprocessor_config.json (and config.json),
+    for transformers' Auto classes."""
+    preset = _preset(model)
+    directory = root / model.replace("/", "__")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "preprocessor_config.json").write_text(json.dumps(preset["preprocessor_config"]))
+    (directory / "config.json").write_text(json.dumps(preset["config"]))
+    return directory
+
+
+def _inkling_pixels(images: list[bytes]):
+    """vLLM's Inkling pixels, as ``InklingMultiModalProcessor._apply_hf_processor_main`` makes
+    them: each image as ``ImageMediaIO`` loads it, ``_rescale_image`` by the image processor's
+    ``rescale_image_frac`` or ``DEFAULT_RESCALE_IMAGE_FRAC``, then the HF image processor
+    (the class AutoImageProcessor loads, as ``InklingProcessor.from_pretrained`` does) with
+    no rescale, cast to bfloat16."""
+    import torch
+    from transformers import AutoImageProcessor
+    from vllm.models.inkling.common.mm_preprocess import DEFAULT_RESCALE_IMAGE_FRAC, _rescale_image
+    from vllm.multimodal.media.image import ImageMediaIO
+
+    with tempfile.TemporaryDirectory() as root:
+        processor = AutoImageProcessor.from_pretrained(_preset_dir(INKLING, Path(root)))
+    frac = processor.rescale_image_frac or DEFAULT_RESCALE_IMAGE_FRAC
+    loaded = [_rescale_image(ImageMediaIO().load_bytes(raw).media, frac, processor.rescale_image_max_upscaled_long_edge)
+              for raw in images]
+    features = processor(loaded, rescale_image_frac=None, return_tensors="pt")
+    return type(processor).__name__, features["pixel_values"].to(torch.bfloat16), features["num_patches"]
+
+
+def _inkling_entry(inputs: Path, encoder, decoder) -> dict:
+    """Inkling's items, prompt and keys as vLLM 0.33.0 makes them
+    (vllm/models/inkling/common/mm_preprocess.py): the items built with vLLM's own
+    ``_get_mm_fields_config`` and ``MultiModalKwargsItems.from_hf_inputs`` from the sidecar's
+    tensors (cast to bfloat16 by torch, and checked equal to vLLM's own pixels,
+    ``_inkling_pixels``); the expanded prompt and each image's PlaceholderRange from vLLM's
+    ``_get_prompt_updates``, bound per item as ``_bind_and_group_updates`` does and applied by
+    ``BaseMultiModalProcessor._apply_prompt_updates``."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+    from vllm.models.inkling.common.mm_preprocess import InklingMultiModalProcessor
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.processing import BaseMultiModalProcessor
+
+    with np.load(inputs) as npz:
+        images = [npz[f"inkling/image{i}"].tobytes() for i in range(len(INKLING_IMAGES))]
+    with np.load(INKLING_TENSORS) as tensors:
+        hf_inputs = BatchFeature({"pixel_values": torch.from_numpy(tensors["pixel_values"]).to(torch.bfloat16),
+                                  "num_patches": torch.from_numpy(tensors["num_patches"])})
+    cls, pixels, num_patches = _inkling_pixels(images)
+    assert torch.equal(pixels.view(torch.int16), hf_inputs["pixel_values"].view(torch.int16))
+    assert torch.equal(num_patches, hf_inputs["num_patches"])
+    config = InklingMultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
+    kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)
+    updates = InklingMultiModalProcessor._get_prompt_updates(None, None, {}, kwargs)
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"image": len(images)})
+    bare = object.__new__(InklingMultiModalProcessor)
+    ids, placeholders = bare._apply_prompt_updates(list(INKLING_PROMPT), bound)
+    ranges = [p.to_range() for p in placeholders["image"]]
+    items = [_item_entry(item, encoder, decoder) for item in kwargs["image"]]
+    print(f"inkling: {cls}, vLLM's pixels equal the sidecar's, patches {num_patches.tolist()}, items "
+          f"{[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}")
+    return {"family": "inkling", "model": INKLING, "image_processor": cls, "pixels_equal_vllms": True,
+            "prompt": INKLING_PROMPT, "prompt_token_ids": [int(t) for t in ids],
+            "placeholders": [{"offset": r.offset, "length": r.length,
+                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=INKLING, image=ImageMediaIO().load_bytes(raw))
+                       for raw in images],
+            "items": items}
+
+
+def _refused_entries(inputs: Path) -> list[dict]:
+    """For each refused family whose HF processor the service reproduces in its PIL class:
+    the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
+    (torchvision installed: its backend), whether its pixels of the Llama 4 JPEGs equal the
+    service's (with ``patch_size`` as PixtralProcessor passes it), and whether the PIL
+    class's do (``backend="pil"``)."""
+    import numpy as np
+    from PIL import Image
+    from transformers import AutoImageProcessor
+    from transformers.image_processing_backends import TorchvisionBackend
+
+    out = []
+    with np.load(inputs) as npz, np.load(REFUSED_TENSORS) as tensors, tempfile.TemporaryDirectory() as root:
+        images = [Image.open(io.BytesIO(npz[f"llama4/jpeg{i}"].tobytes())).convert("RGB")
+                  for i in range(len(LLAMA4_IMAGES))]
+        for model in REFUSED_MODELS:
+            directory = _preset_dir(model, Path(root))
+            pc = _preset(model).get("processor_config", {})
+            kwargs = {}
+            if pc.get("processor_class") == "PixtralProcessor":  # its images_kwargs["patch_size"]
+                kwargs["patch_size"] = pc["patch_size"] * pc.get("spatial_merge_size", 1)
+            want = tensors[model]
+            entry: dict = {"model": model}
+            for backend in (None, "pil"):
+                processor = AutoImageProcessor.from_pretrained(directory, backend=backend)
+                got = processor(images, return_tensors="np", **kwargs)["pixel_values"]
+                equal = bool(got.shape == want.shape and np.array_equal(got, want))
+                if backend is None:
+                    entry.update(image_processor=type(processor).__name__, equal=equal,
+                                 backend="torchvision" if isinstance(processor, TorchvisionBackend) else "pil",
+                                 max_abs_diff=float(np.abs(got - want).max()) if got.shape == want.shape else None)
+                else:
+                    entry.update(pil_class=type(processor).__name__, pil_class_equal=equal)
+            out.append(entry)
+            print(f"refused {model}: {entry}")
+    return out
+
+
 def main() -> None:
     args = _parse_args()
     if args.make_inputs:
@@ -386,6 +554,8 @@ def main() -> None:
 
     llama4 = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
     videos = _video_entries(args.inputs, encoder, decoder)
+    families = [_inkling_entry(args.inputs, encoder, decoder)]
+    refused = _refused_entries(args.inputs)
 
     manifest = {
         "generator": "scripts/gen_vllm_fixtures.py",
@@ -402,6 +572,8 @@ def main() -> None:
         "hashes": vllm_hashes(args.inputs),
         "llama4": llama4,
         "videos": videos,
+        "families": families,
+        "refused": refused,
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")
