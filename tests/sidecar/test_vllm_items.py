@@ -7,7 +7,11 @@ vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions and the 
 The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMediaIO.load_bytes``
 loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
 loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
-the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos").
+the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos"). The
+other served families (MANIFEST.json "families": Inkling): vLLM's item bytes by sha256, the
+expanded prompt and PlaceholderRanges vLLM's own prompt-update code gives, and vLLM's keys;
+the refused ones: what vLLM's processor does that the service does not (MANIFEST.json
+"refused", vllm_image.REFUSED).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import numpy as np
 import pytest
 
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_items, vllm_video
+from sglang_mm_grpc.config import load as load_model_config
+from sglang_mm_grpc.config import preset_names
+from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_image, vllm_items, vllm_video
 from sglang_mm_grpc.sidecar.jobs import IMAGE_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -35,7 +41,7 @@ def _inputs() -> dict[str, dict[str, np.ndarray]]:
     with np.load(FIXTURES / "inputs.npz") as npz:
         for key in npz.files:
             case, _, name = key.partition("/")
-            if case in ("extra", "llama4", "video"):
+            if case in ("extra", "llama4", "video", "inkling"):
                 continue
             cases.setdefault(case, {})[name] = npz[key]
     return cases
@@ -195,3 +201,109 @@ def test_hf_sampling_refuses_the_index_vllms_loader_clamps():
     with pytest.raises(PreprocessError, match="frame 75 is missing"):
         Preprocessor.from_model(QWEN, cache_bytes=0).preprocess(
             [], videos=[_clip("clamp")], video_options=VideoOptions(fps=2.0), raw=True)
+
+
+FAMILIES = MANIFEST["families"]
+
+
+def _run_job(model: str, prompt: list[int], images: list[bytes]):
+    """The sidecar's result for a job of ``images`` (its fetched bytes) and ``prompt``."""
+    from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Fingerprint, Job, JobItem
+
+    fingerprint = Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
+                              media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt="{}")
+    pp = jobs.load_model(model, "torchvision")
+    runner = jobs.JobRunner(pp, None, jobs.engine_for(pp, fingerprint, "data"), None)
+    job = Job(v=SCHEMA_VERSION, job_id="j", request_id="r", fingerprint=fingerprint, prompt_token_ids=prompt,
+              prompt=None, items=[JobItem(modality="image", url="data:") for _ in images], enqueued_ms=0,
+              deadline_ms=0)
+    return runner._processed(job, images)
+
+
+def _in_order(raw: bytes, keys: list[str]) -> bytes:
+    """An item's bytes with its keys in ``keys``' order (vLLM's run's: its hash seed's)."""
+    item = msgspec.msgpack.decode(raw)
+    assert sorted(item) == sorted(keys)
+    return msgspec.msgpack.encode({key: item[key] for key in keys})
+
+
+@pytest.mark.parametrize("entry", FAMILIES, ids=lambda e: e["model"])
+def test_other_families_results_are_vllms(entry):
+    """The sidecar's whole result for vLLM's prompt and images: the expanded ids, each image's
+    PlaceholderRange (offset, length, is_embed) and key as vLLM 0.33.0 gives them, and the
+    sha256 of each item's bytes equal to vLLM's."""
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        images = [npz[f"{entry['family']}/image{i}"].tobytes() for i in range(len(entry["items"]))]
+    result = _run_job(entry["model"], entry["prompt"], images)
+    assert result.prompt_token_ids == entry["prompt_token_ids"]
+    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+            for p in result.mm_placeholders["image"]] == entry["placeholders"]
+    assert result.mm_hashes == {"image": entry["hashes"]}
+    for raw, want in zip(result.mm_kwargs["image"], entry["items"], strict=True):
+        raw = _in_order(raw, want["keys"])
+        assert (len(raw), hashlib.sha256(raw).hexdigest()) == (want["bytes"], want["sha256"])
+
+
+def test_inkling_is_upscaled_and_cast_as_vllm_does():
+    """vLLM's Inkling processor resizes by 2.0 where the checkpoint sets no
+    rescale_image_frac (its pixels, equal to the sidecar's: the fixtures), casts the pixels
+    to bfloat16 and keeps the marker before each image's tokens; a third marker with two
+    images stays text."""
+    (entry,) = [e for e in FAMILIES if e["family"] == "inkling"]
+    assert entry["pixels_equal_vllms"] and entry["image_processor"] == "InklingImageProcessor"
+    assert load_model_config(entry["model"]).family.config.rescale_image_frac is None
+    assert jobs.load_model(entry["model"], "torchvision").family.config.rescale_image_frac == 2.0
+    ids = entry["prompt_token_ids"]
+    assert ids.count(vllm_image.INKLING_MARKER) == 3 and ids[-2:] == [vllm_image.INKLING_MARKER, 2]
+    for p in entry["placeholders"]:
+        assert ids[p["offset"]] == vllm_image.INKLING_MARKER and p["is_embed"] == [False] + [True] * (p["length"] - 1)
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        result = _run_job(entry["model"], entry["prompt"], [npz["inkling/image0"].tobytes()])
+    item = msgspec.msgpack.decode(result.mm_kwargs["image"][0])
+    assert item["pixel_values"]["data"][0] == "bfloat16" and item["num_patches"]["field"] == [
+        "batched", {"keep_on_cpu": True}]
+
+
+def test_a_prompt_holding_inklings_image_token_is_refused():
+    from sglang_mm_grpc.core.errors import PreprocessError
+
+    with pytest.raises(PreprocessError, match="holds the image token 200054 itself"):
+        vllm_image.service_prompt("inkling", [1, 200005, 200054, 2], 1)
+    assert vllm_image.service_prompt("inkling", [1, 200005, 2, 200005], 1) == [1, 200005, 200054, 2, 200005]
+    assert vllm_image.service_prompt("qwen_vl", [1, 151655, 2], 1) == [1, 151655, 2]
+
+
+def test_bfloat16_rounds_as_torch_does():
+    """Ties to even on the bits, overflow to inf, NaN as 0xFFFF (the kernels' bf16, which
+    their tests hold to torch)."""
+    from sglang_mm_grpc.kernels import bf16
+
+    special = np.array([1.00390625, 1.01171875, 3.4e38, -0.0, 1e-40, np.inf, np.nan], np.float32)
+    x = np.concatenate([special, np.random.default_rng(0).standard_normal(1000).astype(np.float32)])
+    got = vllm_items.BFloat16.of(x.reshape(-1, 1))
+    assert got.bits.shape == (x.size, 1) and np.array_equal(got.bits[:, 0], bf16.to_bf16_bits(x))
+    assert np.array_equal(got[2:4].bits, got.bits[2:4])
+
+
+@pytest.mark.parametrize("model", preset_names())
+def test_every_family_is_served_or_refused_with_vllms_reason(model):
+    """Every preset's family: served (its item fields known), or refused at start with the
+    vLLM 0.33.0 source that decides it."""
+    pp = jobs.load_model(model, "torchvision")
+    name = pp.family.name
+    if name in vllm_image.REFUSED:
+        with pytest.raises(ValueError, match=f"does not serve the {name} family: vLLM 0.33.0"):
+            jobs.check_served(pp)
+    else:
+        jobs.check_served(pp)
+        assert name in IMAGE_FIELDS
+
+
+@pytest.mark.parametrize("entry", MANIFEST["refused"], ids=lambda e: e["model"])
+def test_refused_for_vllms_torchvision_class(entry):
+    """vLLM 0.33.0's transformers loads the torchvision class, whose pixels are not the
+    service's; the PIL class's are (so the class is the only difference)."""
+    assert entry["backend"] == "torchvision" and not entry["equal"] and entry["max_abs_diff"] > 0.01
+    assert entry["pil_class"] == entry["image_processor"] + "Pil" and entry["pil_class_equal"]
+    name = jobs.load_model(entry["model"], "torchvision").family.name
+    assert entry["image_processor"].split("ImageProcessor")[0] in vllm_image.REFUSED[name]
