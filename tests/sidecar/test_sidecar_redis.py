@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -438,6 +439,47 @@ def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
     dtype, shape, ext = item["pixel_values"]["data"]
     assert dtype == "float32" and np.array_equal(np.frombuffer(ext.data, np.float32).reshape(shape),
                                                  want.pixel_values)
+
+
+INKLING = "thinkingmachines/Inkling"
+
+
+def test_inkling_results_are_vllms_own(stack, media, tmp_path):
+    """A sidecar for Inkling on the module's Redis: the fixtures' job (two images, by data URL
+    and over HTTP, in a prompt of three <|content_image|> markers) is answered with what vLLM
+    0.33.0 computed for it (fixtures/MANIFEST.json "families"): the expanded ids, each range
+    with is_embed off on its marker, vLLM's keys, and items whose bytes (bfloat16 pixels)
+    hash to vLLM's."""
+    entry = next(e for e in json.loads((FIXTURES / "MANIFEST.json").read_text())["families"]
+                 if e["model"] == INKLING)
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        images = [npz[f"inkling/image{i}"].tobytes() for i in range(2)]
+    (media.root / "inkling1.jpg").write_bytes(images[1])
+    fingerprint = msgspec.structs.replace(FINGERPRINT, model=INKLING)
+    fp = tmp_path / "fp.json"
+    fp.write_text(json.dumps(fingerprint.to_hello()))
+    sidecar = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", INKLING, "--fingerprint",
+                    str(fp), "--redis-url", stack.redis.url, "--allow-private-media-hosts"], tmp_path / "inkling.log")
+    keys = Keys.for_namespace(resolve_namespace(fingerprint, None))
+    try:
+        assert wait_until(lambda: stack.client.exists(keys.hello) or not sidecar.alive(), 300), sidecar.log_text()
+        job = _job([f"data:image/png;base64,{base64.b64encode(images[0]).decode()}", f"{media.http}/inkling1.jpg"],
+                   entry["prompt"], fingerprint=fingerprint)
+        stack.client.lpush(keys.jobs, encode_job(job))
+        popped = stack.client.brpop(keys.result(job.job_id), timeout=60)
+    finally:
+        sidecar.stop()
+    assert popped is not None, sidecar.log_text()
+    result = decode_result(popped[1])
+    assert result.ok, result.message
+    assert result.prompt_token_ids == entry["prompt_token_ids"]
+    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+            for p in result.mm_placeholders["image"]] == entry["placeholders"]
+    assert result.mm_hashes == {"image": entry["hashes"]}
+    for raw, want in zip(result.mm_kwargs["image"], entry["items"], strict=True):
+        item = msgspec.msgpack.decode(raw)
+        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})  # vLLM's run's key order
+        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
 
 
 def test_results_equal_the_servers_vllm_payload(stack, media, tmp_path):
