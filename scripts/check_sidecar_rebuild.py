@@ -5,13 +5,15 @@ on results this sidecar made: the engine input vLLM then schedules.
     .venv/bin/python scripts/check_sidecar_rebuild.py --make-results DIR
     /path/to/vllm-venv/bin/python scripts/check_sidecar_rebuild.py --rebuild DIR
 
-The first (the project's venv, with the sidecar extra) answers jobs for the PNGs and clips
+The first (the project's venv, with the sidecar extra) answers jobs for the images and clips
 of tests/sidecar/fixtures/inputs.npz (Qwen2-VL: one image, then two; Qwen2.5-VL: an image
-and a video; Qwen3-VL: two videos) with the sidecar's JobRunner and writes each encoded
-JobResult, with the in-process tensors it must hold. The second (a
-venv with vllm==0.33.0 and smg-grpc-servicer) decodes each result as the worker does,
-rebuilds the engine input with ``_rebuild`` and checks its token ids, placeholder ranges
-and ``is_embed``, hashes and every tensor (decoded by vLLM's MsgpackDecoder) against them.
+and a video; Qwen3-VL: two videos; Inkling: two images, three <|content_image|> markers)
+with the sidecar's JobRunner and writes each encoded JobResult, with the in-process tensors
+it must hold. The second (a venv with vllm==0.33.0 and smg-grpc-servicer) decodes each
+result as the worker does, rebuilds the engine input with ``_rebuild`` and checks its token
+ids, placeholder ranges and ``is_embed`` (on the embedding tokens only), hashes and every
+tensor (decoded by vLLM's MsgpackDecoder; Inkling's pixels as vLLM casts them, bfloat16)
+against them.
 """
 
 from __future__ import annotations
@@ -28,16 +30,24 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 START, PAD, VPAD, END = 151652, 151655, 151656, 151653
-#: case -> model, the PNGs and clips of tests/sidecar/fixtures/inputs.npz it sends (images
+INKLING_MARKER, INKLING_TOKEN = 200005, 200054
+#: case -> model, the images and clips of tests/sidecar/fixtures/inputs.npz it sends (images
 #: first in the prompt, then videos)
 CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], []),
          "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], []),
          "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"]),
-         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"])}
-PIXELS = {"image": ("pixel_values", "image_grid_thw"), "video": ("pixel_values_videos", "video_grid_thw")}
+         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"]),
+         "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [])}
+#: modality -> its pixels' key and the keys of its items' sizes (one is present)
+PIXELS = {"image": ("pixel_values", ("image_grid_thw", "num_patches")),
+          "video": ("pixel_values_videos", ("video_grid_thw",))}
 
 
-def _ids(images: int, videos: int) -> list[int]:
+def _ids(model: str, images: int, videos: int) -> list[int]:
+    """The worker's prompt: Qwen's vision markers around each placeholder; Inkling's
+    <|content_image|> marker alone per image (and one more, which stays text)."""
+    if model.startswith("thinkingmachines/"):
+        return [1] + [INKLING_MARKER, 7] * (images + 1) + [2]
     return [1] + [START, PAD, END] * images + [START, VPAD, END] * videos + [2]
 
 
@@ -54,7 +64,7 @@ def make_results(out: Path) -> None:
     from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Job, JobItem, encode_result
 
     from sglang_mm_grpc.media import MediaFetcher
-    from sglang_mm_grpc.sidecar import jobs, vllm_video
+    from sglang_mm_grpc.sidecar import jobs, vllm_image, vllm_video
 
     out.mkdir(parents=True, exist_ok=True)
     with np.load(ROOT / "tests/sidecar/fixtures/inputs.npz") as npz:
@@ -65,23 +75,26 @@ def make_results(out: Path) -> None:
         with ThreadPoolExecutor(1) as pool:
             for case, (name, pngs, clips) in CASES.items():
                 model = jobs.load_model(name, "torchvision")
-                runner = jobs.JobRunner(model, fetcher, jobs.Engine(_fingerprint(name), raw=True,
-                                                                    schemes="http,https,data"), pool)
+                runner = jobs.JobRunner(model, fetcher, jobs.engine_for(model, _fingerprint(name), "http,https,data"),
+                                        pool)
                 now = int(time.time() * 1000)
                 items = [JobItem("image", "data:image/png;base64," + base64.b64encode(data[k]).decode()) for k in pngs]
                 items += [JobItem("video", "data:video/mp4;base64," + base64.b64encode(data[k]).decode())
                           for k in clips]
-                ids = _ids(len(pngs), len(clips))
+                ids = _ids(name, len(pngs), len(clips))
                 job = Job(SCHEMA_VERSION, uuid.uuid4().hex, "check", _fingerprint(name), ids, None, items, now,
                           now + 60_000)
                 result = await runner.handle(job)
                 assert result.ok, result.message
                 (out / f"{case}.result").write_bytes(encode_result(result))
-                want = model.preprocess([data[k] for k in pngs], ids, videos=[data[k] for k in clips], raw=True)
-                arrays = {"input_ids": want.input_ids}
+                family = model.family.name
+                want = model.preprocess([data[k] for k in pngs], vllm_image.service_prompt(family, ids, len(pngs)),
+                                        videos=[data[k] for k in clips], raw=runner.engine.raw)
+                arrays = {"input_ids": want.input_ids, "embed": [INKLING_TOKEN] if family == "inkling" else [PAD, VPAD]}
                 if pngs:
-                    arrays.update(pixel_values=want.pixel_values, image_grid_thw=want.tensors["image_grid_thw"],
-                                  image_ranges=np.array([im.structural_range for im in want.images]))
+                    arrays.update(pixel_values=want.pixel_values, **want.tensors,
+                                  image_ranges=np.array([vllm_image.vllm_span(family, im.structural_range)
+                                                         for im in want.images]))
                 if clips:
                     arrays.update({k: np.concatenate(v) if k == "timestamps" else v  # a list per video
                                    for k, v in vllm_video.video_batch(want).items()},
@@ -108,7 +121,7 @@ def rebuild(directory: Path) -> None:
         ids = want["input_ids"]
         assert prompt["prompt_token_ids"] == ids.tolist()
         said = []
-        for modality, (pixels, grid) in PIXELS.items():
+        for modality, (pixels, sizes) in PIXELS.items():
             if f"{modality}_ranges" not in want.files:
                 assert modality not in prompt["mm_kwargs"]
                 continue
@@ -116,14 +129,17 @@ def rebuild(directory: Path) -> None:
             assert [(r.offset, r.length) for r in places] == [tuple(r) for r in want[f"{modality}_ranges"].tolist()]
             for r in places:  # embeddings exactly on the image / video tokens
                 span = ids[r.offset:r.offset + r.length]
-                on = np.isin(span, (PAD, VPAD))
+                on = np.isin(span, want["embed"])
                 assert (r.is_embed is None and on.all()) or (r.is_embed is not None and
                                                              np.array_equal(r.is_embed.numpy(), on))
             items = prompt["mm_kwargs"][modality]
+            grid = next(key for key in sizes if key in want.files)
             assert len(prompt["mm_hashes"][modality]) == len(items) == len(want[grid])
-            assert all(item[pixels].data.dtype == torch.uint8 for item in items)  # raw: not cast
+            # raw uint8 is not cast; Inkling's pixels are bfloat16 as vLLM's processor casts them
+            dtype = torch.uint8 if want[pixels].dtype == np.uint8 else torch.bfloat16
+            assert all(item[pixels].data.dtype == dtype for item in items)
             batched = prompt["mm_kwargs"].get_data()  # the keyword arguments the model is called with
-            assert np.array_equal(batched[pixels].numpy(), want[pixels])
+            assert torch.equal(batched[pixels], torch.from_numpy(want[pixels]).to(dtype))
             assert np.array_equal(np.stack([item[grid].data.numpy() for item in items]), want[grid])
             for extra in ("second_per_grid_ts", "timestamps") if modality == "video" else ():
                 if extra in want.files:
