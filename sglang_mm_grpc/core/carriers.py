@@ -314,6 +314,7 @@ class PlanOutput:
     image_token_id: int
     timings_ms: dict[str, float] = field(default_factory=dict)
     videos: list[VideoResult] = field(default_factory=list)  # from the container headers
+    audios: list[AudioResult] = field(default_factory=list)  # from the container headers
     #: The pixel tensors' bytes by wire dtype ("float32", ..., "uint8" where raw pixels exist).
     pixel_bytes: dict[str, int] = field(default_factory=dict)
 

@@ -8,6 +8,7 @@ ranges cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -107,3 +108,24 @@ def apply_layout(layout: TokenLayout) -> AppliedLayout:
     pieces.append(src[cursor:])
     ids = np.concatenate(pieces) if pieces else src.copy()
     return AppliedLayout(ids.astype(np.int64, copy=False), tuple(structural), tuple(patches))
+
+
+def apply_groups(source_ids: np.ndarray, groups: Sequence[tuple[np.ndarray, Sequence[Expansion]]]
+                 ) -> tuple[AppliedLayout, list[AppliedLayout]]:
+    """Items of several kinds (images, videos, audio clips: each a group of placeholder
+    positions and their expansions) expanded in one walk: the whole layout, and each
+    group's view of it (the expanded ids with that group's ranges, in its own order)."""
+    at = np.concatenate([np.asarray(positions, np.int64) for positions, _ in groups])
+    order = np.argsort(at, kind="stable")
+    expansions = [e for _, exps in groups for e in exps]
+    applied = apply_layout(layout_at(source_ids, at[order], [expansions[k] for k in order]))
+    ranges: list[tuple[int, int]] = [(0, 0)] * len(at)  # every entry set below: ``order`` is a permutation
+    runs: list[tuple[tuple[int, int], ...]] = [()] * len(at)
+    for j, k in enumerate(order):
+        ranges[k], runs[k] = applied.structural_ranges[j], applied.patch_ranges[j]
+    views, start = [], 0
+    for positions, _ in groups:
+        end = start + len(positions)
+        views.append(AppliedLayout(applied.input_ids, tuple(ranges[start:end]), tuple(runs[start:end])))
+        start = end
+    return applied, views

@@ -23,9 +23,10 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from .. import config as model_config
-from . import video_driver
+from . import audio_driver, video_driver
 from .cache import CachedItem, PreprocessCache
-from ..core.carriers import DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput, VideoOptions
+from ..core.carriers import (AudioOptions, DecodedImage, ImageOptions, ImageResult, PlanOutput, PreprocessOutput,
+                             VideoOptions)
 from ..core.errors import Code, PreprocessError, invalid
 from ..families import Family, FieldLayout, ItemPlan
 from ..families.base import Aux
@@ -34,7 +35,7 @@ from ..families.video import VideoPlan
 from .fanout import fan_out
 from ..core.hashing import content_hash
 from ..kernels.wirecast import WIDTHS
-from ..core.layout import AppliedLayout, apply_layout, find_placeholders, layout_at
+from ..core.layout import AppliedLayout, apply_groups, find_placeholders
 from ..media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, ImageHeader, decode_pixels, open_image
 from ..media.samples import random_png
 from ..media.video import VideoLimits
@@ -58,7 +59,14 @@ R = TypeVar("R")
 #: ``check_size(expanded ids, pixel elements)``: the caller's bound (see ``Preprocessor.preprocess``).
 CheckSize = Callable[[int, int], None]
 #: The layout of a request: the whole, its image-only view, each video's range and runs.
-Layout = tuple[AppliedLayout, AppliedLayout, list[tuple[int, int]], list[tuple[tuple[int, int], ...]]]
+@dataclass(frozen=True)
+class Layout:
+    """The request's ids laid out: the whole, and each modality's view (its ranges)."""
+
+    applied: AppliedLayout
+    images: AppliedLayout
+    videos: AppliedLayout
+    audios: AppliedLayout
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class Prompt:
     ids: np.ndarray  # int64, as given
     placeholders: np.ndarray  # int64 positions, ascending
     video_placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    audio_placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,9 @@ class Preprocessor:
         max_video_tokens: int = video_driver.DEFAULT_MAX_VIDEO_TOKENS,
         video_limits: VideoLimits = VideoLimits(),
         max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+        max_audios: int = audio_driver.DEFAULT_MAX_AUDIOS,
+        max_audio_tokens: int = audio_driver.DEFAULT_MAX_AUDIO_TOKENS,
+        audio_limits=None,
     ):
         """``executor``: where a request's other images run (``fanout``); None runs them in
         turn on the calling thread. ``cache``: share one cache between models (keys include
@@ -131,7 +143,8 @@ class Preprocessor:
         expansion); a request may lower it, never raise it. ``max_videos``,
         ``max_video_tokens`` (a video's whole expansion; ``VideoOptions.max_tokens`` may
         lower it) and ``video_limits`` (bytes, duration, frames, pixels, decode time) bound
-        the videos (``video_driver``)."""
+        the videos (``video_driver``); ``max_audios``, ``max_audio_tokens`` and
+        ``audio_limits`` the audio clips (``audio_driver``)."""
         if max_image_tokens < 1:
             raise ValueError(f"max_image_tokens must be positive, got {max_image_tokens}")
         self.family = family
@@ -145,6 +158,9 @@ class Preprocessor:
         self.max_input_ids = int(max_input_ids)
         self.max_video_tokens = int(max_video_tokens)
         self.video_limits = video_limits
+        self.max_audios = max_audios
+        self.max_audio_tokens = int(max_audio_tokens)
+        self.audio_limits = audio_limits  # media.audio.AudioLimits; None: its defaults
         self.executor = executor
         #: Everything that decides the output for given bytes; part of every cache key.
         self.spec_key = family.fingerprint()
@@ -184,6 +200,9 @@ class Preprocessor:
             "video_token_id": f.video_token_id,
             "max_videos_per_request": self.max_videos,
             "max_video_tokens": self.max_video_tokens,
+            "audio_token_id": getattr(f, "audio_token_id", None) if "audio" in f.modalities else None,
+            "max_audios_per_request": self.max_audios,
+            "max_audio_tokens": self.max_audio_tokens,
         }
 
     def warmup(self) -> None:
@@ -209,13 +228,13 @@ class Preprocessor:
 
     # -- the request ------------------------------------------------------------------
 
-    def check_request(self, images: int, input_ids=None, videos: int = 0) -> Prompt:
-        """The request's shape, checked before any fetch or pixel work: image and video
-        counts within ``max_images`` / ``max_videos``, a model (and PyAV) that takes
-        video when there are videos, and exactly one placeholder per image and per video
-        (``input_ids`` None: just the placeholders, the images' then the videos')."""
-        if images == 0 and videos == 0:
-            raise invalid("the request has no images")
+    def check_request(self, images: int, input_ids=None, videos: int = 0, audios: int = 0) -> Prompt:
+        """The request's shape, checked before any fetch or pixel work: image, video and
+        audio counts within ``max_images`` / ``max_videos`` / ``max_audios``, a model (and
+        PyAV) that takes video / audio when there are some, and exactly one placeholder per
+        item (``input_ids`` None: just the placeholders, the images', the videos', the clips')."""
+        if images == 0 and videos == 0 and audios == 0:
+            raise invalid("the request has no images, videos or audio clips")
         if images > self.max_images:
             raise PreprocessError(
                 Code.RESOURCE_EXHAUSTED, f"{images} images in one request, over the limit of {self.max_images} (max_images)"
@@ -223,17 +242,23 @@ class Preprocessor:
         if videos > self.max_videos:
             raise PreprocessError(
                 Code.RESOURCE_EXHAUSTED, f"{videos} videos in one request, over the limit of {self.max_videos} (max_videos)")
+        if audios > self.max_audios:
+            raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"{audios} audio clips in one request, over the limit of "
+                                  f"{self.max_audios} (max_audios)")
         video_driver.check_family(self.family, videos)
+        audio_driver.check_family(self.family, audios)
         if input_ids is not None:
             self.check_ids_length(len(input_ids))
         placeholder = self.family.placeholder_token_id
         if input_ids is None:
-            ids = np.full(images + videos, placeholder, dtype=np.int64)
-            ids[images:] = video_driver.video_token(self.family) if videos else placeholder
+            ids = np.full(images + videos + audios, placeholder, dtype=np.int64)
+            ids[images:images + videos] = video_driver.video_token(self.family) if videos else placeholder
+            ids[images + videos:] = audio_driver.audio_family(self.family).audio_token_id if audios else placeholder
         else:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
         return Prompt(ids, find_placeholders(ids, placeholder, images),
-                      video_driver.video_placeholders(self.family, ids, videos))
+                      video_driver.video_placeholders(self.family, ids, videos),
+                      audio_driver.audio_placeholders(self.family, ids, audios))
 
     def check_ids_length(self, n: int, expanded: bool = False) -> None:
         """RESOURCE_EXHAUSTED for ``n`` token ids over ``max_input_ids`` (as sent, or as
@@ -287,7 +312,8 @@ class Preprocessor:
         hashes: Sequence[str | None] | None = None, videos: Sequence[bytes] = (),
         video_options: VideoOptions | None = None, per_video_options: Sequence[VideoOptions | None] | None = None,
         video_hashes: Sequence[str | None] | None = None, deadline: float | None = None, raw: bool = False,
-        encoder_budget: int = 0, scope: str = "", check_size: CheckSize | None = None,
+        encoder_budget: int = 0, scope: str = "", check_size: CheckSize | None = None, audios: Sequence[bytes] = (),
+        audio_options: AudioOptions | None = None, per_audio_options: Sequence[AudioOptions | None] | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (the RPC cancelled, its deadline passed) and the request stops at
         the next image boundary with CANCELLED. ``use_cache`` False: the cache is neither
@@ -297,15 +323,15 @@ class Preprocessor:
         shared-memory segment the kernels write into), or None. ``options`` /
         ``image_options[i]``: what the request / image i asks (``configure``); each image
         says its effective values. ``hashes[i]``: image i's blake3 when known. ``videos``
-        (``video_driver``), with ``video_options`` / ``per_video_options`` / ``video_hashes``
-        as for images; ``deadline``: a ``time.monotonic()`` video decoding must end by.
+        (``video_driver``) and ``audios`` (``audio_driver``), with their options and hashes
+        as for images; ``deadline``: a ``time.monotonic()`` decoding must end by.
         ``raw``: uint8 pixels before rescale and normalize, for an engine that normalizes
         on the device. ``encoder_budget``: the most feature tokens per item (0: none).
         ``scope``: whose cache entries it may hit ("": anyone's). ``check_size(expanded
         ids, pixel elements)``: the caller's bound, before the layout and any pixel work."""
         t0 = time.perf_counter()
-        images, videos = _encoded(images), _encoded(videos, "video")
-        prompt = self.check_request(len(images), input_ids, len(videos))
+        images, videos, audios = _encoded(images), _encoded(videos, "video"), _encoded(audios, "audio clip")
+        prompt = self.check_request(len(images), input_ids, len(videos), len(audios))
         family = self.family.raw() if raw else self.family
         targets = self.configure(len(images), options, image_options, max_image_tokens, raw, encoder_budget, scope)
         vtargets = video_driver.configure(family, len(videos), self.max_video_tokens, video_options,
@@ -313,31 +339,32 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         admitted, vadmitted = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                               cancel)
+        aadmitted = self._admit_audios(audios, audio_options, per_audio_options, deadline, cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
-        self._check_size(prompt, plans, [v.plan for v in vadmitted], check_size)
-        applied, image_applied, vranges, vruns = self._layout(prompt, plans, vadmitted)
+        self._check_size(prompt, plans, [v.plan for v in vadmitted], check_size, aadmitted)
+        laid = self._layout(prompt, plans, vadmitted, aadmitted)
         pixel_values, slots, lent = self._allocate(admitted, allocate, family.pixel_dtype)
         aux = self._each(lambda i: self._process(admitted[i], pixel_values, slots[i], cache, lent), len(images),
                          cancel)
         pixel_values_videos, video_tensors = video_driver.process(
             family, vadmitted, self.video_limits, deadline, partial(self._each, cancel=cancel), cache, allocate)
+        audio = audio_driver.output(self.family, aadmitted, laid.audios, audios)
         t2 = time.perf_counter()
-        positions = self.family.positions(image_applied, plans, video_driver.items(self.family, vadmitted, vranges)
-                                          ) if vadmitted else self.family.positions(applied, plans)
+        positions = self._positions(laid, plans, vadmitted, aadmitted)
         out = PreprocessOutput(
-            input_ids=applied.input_ids, original_input_ids=prompt.ids, pixel_values=pixel_values,
-            tensors=self.family.batch_tensors(aux), images=_image_results(images, admitted, image_applied),
+            input_ids=laid.applied.input_ids, original_input_ids=prompt.ids, pixel_values=pixel_values,
+            tensors=self.family.batch_tensors(aux), images=_image_results(images, admitted, laid.images),
             image_token_id=self.family.image_token_id,
             positions=positions.positions if positions is not None else None,
             rope_delta=positions.delta if positions is not None else None,
             raw_images=[bytes(b) if not isinstance(b, bytes) else b for b in images],
-            videos=video_driver.results(vadmitted, vranges, vruns, self.family),
+            videos=video_driver.results(vadmitted, laid.videos, self.family),
             pixel_values_videos=pixel_values_videos, video_tensors=video_tensors,
             video_token_id=self.family.video_token_id if videos else None,
-            raw_videos=[bytes(b) for b in videos],
+            raw_videos=[bytes(b) for b in videos], **audio,
         )
-        return _timed(out, admitted, vadmitted, (t0, t1, t2, time.perf_counter()))
+        return _timed(out, admitted, vadmitted, (t0, t1, t2, time.perf_counter()), aadmitted)
 
     def plan(
         self, images: Sequence[bytes], input_ids=None, *, cancel: threading.Event | None = None,
@@ -346,7 +373,8 @@ class Preprocessor:
         videos: Sequence[bytes] = (), video_options: VideoOptions | None = None,
         per_video_options: Sequence[VideoOptions | None] | None = None,
         video_hashes: Sequence[str | None] | None = None, encoder_budget: int = 0, scope: str = "",
-        check_size: CheckSize | None = None,
+        check_size: CheckSize | None = None, audios: Sequence[bytes] = (), audio_options: AudioOptions | None = None,
+        per_audio_options: Sequence[AudioOptions | None] | None = None,
     ) -> PlanOutput:
         """What ``preprocess`` with the same arguments will produce, from the image headers
         alone: per image its hash, sizes, grid, token count, ranges, effective options and
@@ -356,10 +384,11 @@ class Preprocessor:
         its layout (an image over its token budget is refused); a file whose pixel data
         is corrupt is found only when it is decoded. Videos likewise, from their container
         headers: sampling, sizes, grid and expansion (no frame decoded). ``pixel_bytes``: the
-        pixel tensors' size in each wire dtype the model can send."""
+        pixel tensors' size in each wire dtype the model can send. Audio clips from their
+        headers too: the sample count there, exact where the header's is (``AudioMeta.exact``)."""
         t0 = time.perf_counter()
-        images, videos = _encoded(images), _encoded(videos, "video")
-        prompt = self.check_request(len(images), input_ids, len(videos))
+        images, videos, audios = _encoded(images), _encoded(videos, "video"), _encoded(audios, "audio clip")
+        prompt = self.check_request(len(images), input_ids, len(videos), len(audios))
         targets = self.configure(len(images), options, image_options, max_image_tokens, encoder_budget=encoder_budget,
                                  scope=scope)
         vtargets = video_driver.configure(self.family, len(videos), self.max_video_tokens, video_options,
@@ -367,14 +396,16 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         planned, vplanned = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                             cancel, peek=True)
-        self._check_size(prompt, [a.plan for a in planned], [v.plan for v in vplanned], check_size)
-        applied, image_applied, vranges, vruns = self._layout(prompt, [a.plan for a in planned], vplanned)
+        aplanned = self._admit_audios(audios, audio_options, per_audio_options, None, cancel, header_only=True)
+        self._check_size(prompt, [a.plan for a in planned], [v.plan for v in vplanned], check_size, aplanned)
+        laid = self._layout(prompt, [a.plan for a in planned], vplanned, aplanned)
         return PlanOutput(
-            images=_image_results(images, planned, image_applied),
-            input_ids_length=len(applied.input_ids),
+            images=_image_results(images, planned, laid.images),
+            input_ids_length=len(laid.applied.input_ids),
             image_token_id=self.family.image_token_id,
             timings_ms={"total_ms": (time.perf_counter() - t0) * 1e3},
-            videos=video_driver.results(vplanned, vranges, vruns, self.family),
+            videos=video_driver.results(vplanned, laid.videos, self.family),
+            audios=audio_driver.results(self.family, aplanned, laid.audios),
             pixel_bytes=self._pixel_bytes([a.plan for a in planned], [v.plan for v in vplanned]),
         )
 
@@ -394,10 +425,11 @@ class Preprocessor:
         return admitted, vadmitted
 
     def _check_size(self, prompt: Prompt, plans: list[ItemPlan[Any]], video_plans: Sequence[VideoPlan],
-                    check: CheckSize | None) -> None:
+                    check: CheckSize | None, audios: Sequence[audio_driver.AdmittedAudio[Any]] = ()) -> None:
         """The expanded length (``check_ids_length``) and ``check`` (see ``preprocess``)."""
-        expanded = len(prompt.ids) - len(plans) - len(video_plans)
+        expanded = len(prompt.ids) - len(plans) - len(video_plans) - len(audios)
         expanded += sum(len(p.expansion) for p in plans) + sum(len(v.expansion) for v in video_plans)
+        expanded += sum(a.plan.token_count for a in audios)
         self.check_ids_length(expanded, expanded=True)
         if check is not None:
             check(expanded, self._pixel_elements(plans, video_plans))
@@ -413,14 +445,36 @@ class Preprocessor:
         raw = self.family.device_normalization() is not None
         return {dtype: elements * width for dtype, width in WIDTHS.items() if raw or dtype != "uint8"}
 
-    def _layout(self, prompt: Prompt, plans: list[ItemPlan[Any]],
-                videos: Sequence[video_driver.AdmittedVideo[Any, Any]]) -> Layout:
-        """(the whole layout, its image-only view, each video's range, each video's runs)."""
-        if not videos:
-            applied = apply_layout(layout_at(prompt.ids, prompt.placeholders, [p.expansion for p in plans]))
-            return applied, applied, [], []
-        return video_driver.lay_out(prompt.ids, prompt.placeholders, prompt.video_placeholders,
-                                    [p.expansion for p in plans], [v.plan.expansion for v in videos])
+    def _layout(self, prompt: Prompt, plans: list[ItemPlan[Any]], videos: Sequence[video_driver.AdmittedVideo[Any, Any]],
+                audios: Sequence[audio_driver.AdmittedAudio[Any]]) -> Layout:
+        """Every item expanded at its placeholder in one walk, and each modality's ranges."""
+        applied, views = apply_groups(prompt.ids, [
+            (prompt.placeholders, [p.expansion for p in plans]),
+            (prompt.video_placeholders, [v.plan.expansion for v in videos]),
+            (prompt.audio_placeholders, [a.plan.expansion for a in audios])])
+        return Layout(applied, *views)
+
+    def _positions(self, laid: Layout, plans: list[ItemPlan[Any]],
+                   videos: Sequence[video_driver.AdmittedVideo[Any, Any]], audios: Sequence[Any]):
+        """The family's rotary positions (None where it has none); no family with them takes audio."""
+        if audios and self.family.uses_mrope:
+            raise PreprocessError(Code.UNIMPLEMENTED, f"the {self.family.name} family's positions over audio clips")
+        if videos:
+            items = video_driver.items(self.family, videos, laid.videos.structural_ranges)
+            return self.family.positions(laid.images, plans, items)
+        return self.family.positions(laid.applied, plans)
+
+    def _admit_audios(self, audios: list, options: AudioOptions | None,
+                      per_audio: Sequence[AudioOptions | None] | None, deadline: float | None,
+                      cancel: threading.Event | None, header_only: bool = False
+                      ) -> list[audio_driver.AdmittedAudio[Any]]:
+        """Every clip decoded, resampled and planned (``header_only``: planned from its header)."""
+        targets = audio_driver.configure(self.family, len(audios), self.max_audio_tokens, options, per_audio)
+        if header_only:
+            return self._each(lambda i: audio_driver.plan_only(self.family, audios[i], i, targets[i],
+                                                               self.audio_limits), len(audios), cancel)
+        return self._each(lambda i: audio_driver.admit(self.family, audios[i], i, targets[i], self.audio_limits,
+                                                       deadline=deadline), len(audios), cancel)
 
     def _each(self, fn: Callable[[int], R], count: int, cancel: threading.Event | None) -> list[R]:
         return fan_out(fn, count, self.executor, cancel, self.work)
@@ -547,7 +601,8 @@ def _known(hashes: Sequence[str | None] | None, i: int) -> str | None:
 
 
 def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list[video_driver.AdmittedVideo[Any, Any]],
-           marks: tuple[float, float, float, float]) -> PreprocessOutput:
+           marks: tuple[float, float, float, float], audios: Sequence[audio_driver.AdmittedAudio[Any]] = ()
+           ) -> PreprocessOutput:
     """``out`` with the request's stage timings and each item's."""
     t0, t1, t2, t3 = marks
     out.timings_ms = {
@@ -562,6 +617,9 @@ def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list[video_
     if videos:
         out.timings_ms["video_decode_ms"] = sum(v.decode_ms for v in videos)
         out.timings_ms["video_process_ms"] = sum(v.process_ms for v in videos)
+    if audios:
+        out.timings_ms["audio_decode_ms"] = sum(a.timings_ms["decode"] for a in audios)
+        out.timings_ms["audio_resample_ms"] = sum(a.timings_ms["resample"] for a in audios)
     return out
 
 

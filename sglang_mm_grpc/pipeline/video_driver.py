@@ -28,7 +28,7 @@ from ..families import Family, VideoFamily
 from ..families.base import Aux
 from ..families.video import VC, VP, VideoPlan
 from ..core.hashing import content_hash
-from ..core.layout import AppliedLayout, Expansion, apply_layout, find_placeholders, layout_at
+from ..core.layout import AppliedLayout, Expansion, find_placeholders
 from ..core.positions import RopeSpan
 from ..media import video as media_video
 
@@ -253,27 +253,9 @@ def _timed(frames: Iterable[np.ndarray], a: AdmittedVideo[Any, Any]) -> Iterator
         yield frame
 
 
-def lay_out(ids: np.ndarray, image_at: np.ndarray, video_at: np.ndarray, image_exp: Sequence[Expansion],
-            video_exp: Sequence[Expansion]
-            ) -> tuple[AppliedLayout, AppliedLayout, list[tuple[int, int]], list[tuple[tuple[int, int], ...]]]:
-    """Images and videos expanded at their placeholders in one walk: the whole layout,
-    its image-only view (the image ranges), and each video's (offset, length) and runs."""
-    at = np.concatenate((image_at, video_at))
-    order = np.argsort(at, kind="stable")
-    expansions = [*image_exp, *video_exp]
-    applied = apply_layout(layout_at(ids, at[order], [expansions[k] for k in order]))
-    # every entry is set below (``order`` is a permutation)
-    ranges: list[tuple[int, int]] = [(0, 0)] * len(at)
-    runs: list[tuple[tuple[int, int], ...]] = [()] * len(at)
-    for j, k in enumerate(order):
-        ranges[k], runs[k] = applied.structural_ranges[j], applied.patch_ranges[j]
-    n = len(image_at)
-    images = AppliedLayout(applied.input_ids, tuple(ranges[:n]), tuple(runs[:n]))
-    return applied, images, ranges[n:], runs[n:]
-
-
-def results(admitted: Sequence[AdmittedVideo[Any, Any]], ranges: Sequence[tuple[int, int]],
-            runs: Sequence[tuple[tuple[int, int], ...]], family: Family) -> list[VideoResult]:
+def results(admitted: Sequence[AdmittedVideo[Any, Any]], laid: AppliedLayout, family: Family) -> list[VideoResult]:
+    """Each video's facts, its ranges from ``laid`` (the videos' view of the layout)."""
+    ranges, runs = laid.structural_ranges, laid.patch_ranges
     return [
         VideoResult(
             hash=a.hash, height=a.plan.meta.height, width=a.plan.meta.width,

@@ -123,24 +123,32 @@ class VideoOptions(_message.Message):
     max_tokens: int
     def __init__(self, fps: _Optional[float] = ..., num_frames: _Optional[int] = ..., min_frames: _Optional[int] = ..., max_frames: _Optional[int] = ..., min_pixels: _Optional[int] = ..., max_pixels: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
+class AudioOptions(_message.Message):
+    __slots__ = ("max_seconds",)
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    max_seconds: float
+    def __init__(self, max_seconds: _Optional[float] = ...) -> None: ...
+
 class MediaItem(_message.Message):
-    __slots__ = ("url", "data", "media_id", "options", "bind_id", "video_options")
+    __slots__ = ("url", "data", "media_id", "options", "bind_id", "video_options", "audio_options")
     URL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MEDIA_ID_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     BIND_ID_FIELD_NUMBER: _ClassVar[int]
     VIDEO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     url: str
     data: bytes
     media_id: str
     options: ImageOptions
     bind_id: str
     video_options: VideoOptions
-    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
+    audio_options: AudioOptions
+    def __init__(self, url: _Optional[str] = ..., data: _Optional[bytes] = ..., media_id: _Optional[str] = ..., options: _Optional[_Union[ImageOptions, _Mapping]] = ..., bind_id: _Optional[str] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ..., audio_options: _Optional[_Union[AudioOptions, _Mapping]] = ...) -> None: ...
 
 class PreprocessRequest(_message.Message):
-    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options", "videos", "video_options")
+    __slots__ = ("request_id", "model", "input_ids", "images", "backend", "keep_handle", "max_image_tokens", "payload_options", "image_options", "videos", "video_options", "audios", "audio_options")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +160,8 @@ class PreprocessRequest(_message.Message):
     IMAGE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     VIDEOS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    AUDIOS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -163,7 +173,37 @@ class PreprocessRequest(_message.Message):
     image_options: ImageOptions
     videos: _containers.RepeatedCompositeFieldContainer[MediaItem]
     video_options: VideoOptions
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ..., image_options: _Optional[_Union[ImageOptions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ...) -> None: ...
+    audios: _containers.RepeatedCompositeFieldContainer[MediaItem]
+    audio_options: AudioOptions
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., backend: _Optional[_Union[Backend, str]] = ..., keep_handle: _Optional[bool] = ..., max_image_tokens: _Optional[int] = ..., payload_options: _Optional[_Union[PayloadOptions, _Mapping]] = ..., image_options: _Optional[_Union[ImageOptions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., video_options: _Optional[_Union[VideoOptions, _Mapping]] = ..., audios: _Optional[_Iterable[_Union[MediaItem, _Mapping]]] = ..., audio_options: _Optional[_Union[AudioOptions, _Mapping]] = ...) -> None: ...
+
+class AudioInfo(_message.Message):
+    __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "encoded_bytes", "cached", "sample_rate", "channels", "duration_s", "samples", "frames", "options")
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURAL_RANGE_FIELD_NUMBER: _ClassVar[int]
+    PATCH_RANGES_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    hash: str
+    token_count: int
+    structural_range: PlaceholderRange
+    patch_ranges: _containers.RepeatedCompositeFieldContainer[PlaceholderRange]
+    encoded_bytes: int
+    cached: bool
+    sample_rate: int
+    channels: int
+    duration_s: float
+    samples: int
+    frames: int
+    options: AudioOptions
+    def __init__(self, hash: _Optional[str] = ..., token_count: _Optional[int] = ..., structural_range: _Optional[_Union[PlaceholderRange, _Mapping]] = ..., patch_ranges: _Optional[_Iterable[_Union[PlaceholderRange, _Mapping]]] = ..., encoded_bytes: _Optional[int] = ..., cached: _Optional[bool] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., duration_s: _Optional[float] = ..., samples: _Optional[int] = ..., frames: _Optional[int] = ..., options: _Optional[_Union[AudioOptions, _Mapping]] = ...) -> None: ...
 
 class ImageInfo(_message.Message):
     __slots__ = ("hash", "token_count", "structural_range", "patch_ranges", "height", "width", "resized_height", "resized_width", "encoded_bytes", "cached", "options", "grid")
@@ -258,7 +298,7 @@ class StageTimings(_message.Message):
     def __init__(self, fetch_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., process_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., layout_ms: _Optional[float] = ..., assemble_ms: _Optional[float] = ...) -> None: ...
 
 class PreprocessResponse(_message.Message):
-    __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id", "videos", "video_token_id")
+    __slots__ = ("request_id", "input_ids", "images", "mrope", "handle", "payload", "timings", "image_token_id", "videos", "video_token_id", "audios", "audio_token_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +309,8 @@ class PreprocessResponse(_message.Message):
     IMAGE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     VIDEOS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIOS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
@@ -279,7 +321,9 @@ class PreprocessResponse(_message.Message):
     image_token_id: int
     videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
     video_token_id: int
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
+    audios: _containers.RepeatedCompositeFieldContainer[AudioInfo]
+    audio_token_id: int
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., handle: _Optional[str] = ..., payload: _Optional[_Union[BackendPayload, _Mapping]] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., image_token_id: _Optional[int] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ..., audios: _Optional[_Iterable[_Union[AudioInfo, _Mapping]]] = ..., audio_token_id: _Optional[int] = ...) -> None: ...
 
 class BackendPayload(_message.Message):
     __slots__ = ("backend", "input_ids", "sglang", "vllm", "trtllm", "tokenspeed", "vllm_extra")
@@ -300,7 +344,7 @@ class BackendPayload(_message.Message):
     def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., input_ids: _Optional[_Iterable[int]] = ..., sglang: _Optional[_Union[_sglang_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm: _Optional[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]] = ..., trtllm: _Optional[_Union[_trtllm_service_pb2.MultimodalInput, _Mapping]] = ..., tokenspeed: _Optional[_Union[_tokenspeed_scheduler_pb2.MultimodalInputs, _Mapping]] = ..., vllm_extra: _Optional[_Iterable[_Union[_vllm_engine_pb2.MultimodalInputs, _Mapping]]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings", "videos", "video_token_id", "pixel_bytes")
+    __slots__ = ("request_id", "images", "input_ids_length", "image_token_id", "timings", "videos", "video_token_id", "pixel_bytes", "audios", "audio_token_id")
     class PixelBytesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +360,8 @@ class PlanResponse(_message.Message):
     VIDEOS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     PIXEL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    AUDIOS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     images: _containers.RepeatedCompositeFieldContainer[ImageInfo]
     input_ids_length: int
@@ -324,7 +370,9 @@ class PlanResponse(_message.Message):
     videos: _containers.RepeatedCompositeFieldContainer[VideoInfo]
     video_token_id: int
     pixel_bytes: _containers.ScalarMap[str, int]
-    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ..., pixel_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    audios: _containers.RepeatedCompositeFieldContainer[AudioInfo]
+    audio_token_id: int
+    def __init__(self, request_id: _Optional[str] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., input_ids_length: _Optional[int] = ..., image_token_id: _Optional[int] = ..., timings: _Optional[_Union[StageTimings, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., video_token_id: _Optional[int] = ..., pixel_bytes: _Optional[_Mapping[str, int]] = ..., audios: _Optional[_Iterable[_Union[AudioInfo, _Mapping]]] = ..., audio_token_id: _Optional[int] = ...) -> None: ...
 
 class AssembleRequest(_message.Message):
     __slots__ = ("handle", "backend", "release", "payload_options")
@@ -357,7 +405,7 @@ class ReleaseResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ...) -> None: ...
 
 class MultimodalIntermediate(_message.Message):
-    __slots__ = ("model", "input_ids", "original_input_ids", "images", "pixel_values", "tensors", "image_data", "image_token_id", "batched_keys", "flat_keys", "mrope", "videos", "pixel_values_videos", "video_tensors", "video_data", "video_token_id")
+    __slots__ = ("model", "input_ids", "original_input_ids", "images", "pixel_values", "tensors", "image_data", "image_token_id", "batched_keys", "flat_keys", "mrope", "videos", "pixel_values_videos", "video_tensors", "video_data", "video_token_id", "audios", "audio_tensors", "audio_data", "audio_token_id")
     class TensorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -373,6 +421,13 @@ class MultimodalIntermediate(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     class VideoTensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TensorData
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TensorData, _Mapping]] = ...) -> None: ...
+    class AudioTensorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -395,6 +450,10 @@ class MultimodalIntermediate(_message.Message):
     VIDEO_TENSORS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_DATA_FIELD_NUMBER: _ClassVar[int]
     VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIOS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_TENSORS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_DATA_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     model: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     original_input_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -411,14 +470,18 @@ class MultimodalIntermediate(_message.Message):
     video_tensors: _containers.MessageMap[str, TensorData]
     video_data: _containers.RepeatedScalarFieldContainer[bytes]
     video_token_id: int
-    def __init__(self, model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., original_input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., pixel_values: _Optional[_Union[TensorData, _Mapping]] = ..., tensors: _Optional[_Mapping[str, TensorData]] = ..., image_data: _Optional[_Iterable[bytes]] = ..., image_token_id: _Optional[int] = ..., batched_keys: _Optional[_Iterable[str]] = ..., flat_keys: _Optional[_Mapping[str, str]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., pixel_values_videos: _Optional[_Union[TensorData, _Mapping]] = ..., video_tensors: _Optional[_Mapping[str, TensorData]] = ..., video_data: _Optional[_Iterable[bytes]] = ..., video_token_id: _Optional[int] = ...) -> None: ...
+    audios: _containers.RepeatedCompositeFieldContainer[AudioInfo]
+    audio_tensors: _containers.MessageMap[str, TensorData]
+    audio_data: _containers.RepeatedScalarFieldContainer[bytes]
+    audio_token_id: int
+    def __init__(self, model: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., original_input_ids: _Optional[_Iterable[int]] = ..., images: _Optional[_Iterable[_Union[ImageInfo, _Mapping]]] = ..., pixel_values: _Optional[_Union[TensorData, _Mapping]] = ..., tensors: _Optional[_Mapping[str, TensorData]] = ..., image_data: _Optional[_Iterable[bytes]] = ..., image_token_id: _Optional[int] = ..., batched_keys: _Optional[_Iterable[str]] = ..., flat_keys: _Optional[_Mapping[str, str]] = ..., mrope: _Optional[_Union[MropePositions, _Mapping]] = ..., videos: _Optional[_Iterable[_Union[VideoInfo, _Mapping]]] = ..., pixel_values_videos: _Optional[_Union[TensorData, _Mapping]] = ..., video_tensors: _Optional[_Mapping[str, TensorData]] = ..., video_data: _Optional[_Iterable[bytes]] = ..., video_token_id: _Optional[int] = ..., audios: _Optional[_Iterable[_Union[AudioInfo, _Mapping]]] = ..., audio_tensors: _Optional[_Mapping[str, TensorData]] = ..., audio_data: _Optional[_Iterable[bytes]] = ..., audio_token_id: _Optional[int] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id", "max_image_tokens", "video_token_id")
+    __slots__ = ("name", "family", "source", "modalities", "image_token_id", "token_ids", "reference_processor", "mrope", "max_images_per_request", "placeholder_token_id", "max_image_tokens", "video_token_id", "audio_token_id", "max_audios_per_request", "max_audio_tokens")
     class TokenIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -438,6 +501,9 @@ class ModelInfo(_message.Message):
     PLACEHOLDER_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     VIDEO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_AUDIOS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    MAX_AUDIO_TOKENS_FIELD_NUMBER: _ClassVar[int]
     name: str
     family: str
     source: str
@@ -450,7 +516,10 @@ class ModelInfo(_message.Message):
     placeholder_token_id: int
     max_image_tokens: int
     video_token_id: int
-    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ..., max_image_tokens: _Optional[int] = ..., video_token_id: _Optional[int] = ...) -> None: ...
+    audio_token_id: int
+    max_audios_per_request: int
+    max_audio_tokens: int
+    def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., source: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., image_token_id: _Optional[int] = ..., token_ids: _Optional[_Mapping[str, int]] = ..., reference_processor: _Optional[str] = ..., mrope: _Optional[bool] = ..., max_images_per_request: _Optional[int] = ..., placeholder_token_id: _Optional[int] = ..., max_image_tokens: _Optional[int] = ..., video_token_id: _Optional[int] = ..., audio_token_id: _Optional[int] = ..., max_audios_per_request: _Optional[int] = ..., max_audio_tokens: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

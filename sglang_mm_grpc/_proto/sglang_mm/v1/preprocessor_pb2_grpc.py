@@ -5,7 +5,7 @@ import warnings
 
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as sglang__mm_dot_v1_dot_preprocessor__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

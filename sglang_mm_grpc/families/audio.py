@@ -1,0 +1,73 @@
+"""The audio side of the family contract: what a family that takes audio clips provides.
+
+A clip's waveform is decoded and resampled to the family's rate before the family sees
+it (``pipeline.audio_driver`` with ``media.audio``), so a family answers only: its feature
+extractor as a request's options configure it (``audio_config``), what a clip of so
+many samples becomes (``plan_audio``: its feature frames and the tokens its placeholder
+expands into; exact, since it needs the sample count alone), and the clip's tensors
+(``process_audio``). The driver joins the clips' tensors as the HF processor returns a
+batch (``audio_batch``).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Generic, TypeVar
+
+import numpy as np
+
+from ..core.carriers import AudioOptions, FieldLayout
+from ..core.layout import Expansion
+from .base import C, Family, G
+
+#: A family's feature extractor config.
+AC = TypeVar("AC")
+
+
+@dataclass(frozen=True)
+class AudioPlan:
+    """What one clip becomes, from its sample count at the extractor's rate."""
+
+    samples: int  # after truncation
+    frames: int  # feature frames
+    expansion: Expansion
+
+    @property
+    def token_count(self) -> int:
+        return len(self.expansion)
+
+
+class AudioFamily(Family[C, G], Generic[C, G, AC]):
+    """A family that takes audio clips besides images. It sets ``audio_token_id`` (the
+    clip's placeholder) and ``audio_field_layout`` (how its tensors split into clips)."""
+
+    modalities: ClassVar[tuple[str, ...]] = ("image", "audio")
+    audio_token_id: int
+    audio_field_layout: FieldLayout
+    #: The HF name of the clip's main tensor (a backend's encoder input).
+    audio_features_key: ClassVar[str]
+
+    @abstractmethod
+    def audio_config(self, options: AudioOptions | None = None) -> AC:
+        """The feature extractor as a call with ``options`` configures it (None: the
+        model's); INVALID_ARGUMENT naming a field it cannot honour."""
+
+    @abstractmethod
+    def sampling_rate(self, config: AC) -> int:
+        """The rate the extractor takes; clips are resampled to it first."""
+
+    @abstractmethod
+    def plan_audio(self, config: AC, samples: int, item: int) -> AudioPlan:
+        """Frames and expansion of a clip of ``samples`` samples at the extractor's rate
+        (truncated as ``config`` says); INVALID_ARGUMENT naming ``item`` where the
+        extractor refuses it."""
+
+    @abstractmethod
+    def process_audio(self, config: AC, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+        """The clip's tensors by HF name, its rows only (``wave``: float32 mono at the
+        extractor's rate, ``plan.samples`` long)."""
+
+    @abstractmethod
+    def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The clips' tensors joined as the HF processor returns them for the request."""
