@@ -41,7 +41,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..wire import tensors
-from ..core.carriers import ImageOptions, VideoOptions
+from ..core.carriers import AudioOptions, ImageOptions, VideoOptions
 from .endpoints import Endpoints
 from .errors import raising_remote_errors
 from ..core.hashing import content_hash
@@ -61,6 +61,8 @@ _DETAILS = {"auto": pb.DETAIL_AUTO, "low": pb.DETAIL_LOW, "high": pb.DETAIL_HIGH
 MISSING_MEDIA_KEY = "sglang-mm-missing-media"
 #: ... and the missing videos (their indexes in ``PreprocessRequest.videos``).
 MISSING_VIDEOS_KEY = "sglang-mm-missing-videos"
+#: ... and the missing audio clips (their indexes in ``PreprocessRequest.audios``).
+MISSING_AUDIOS_KEY = "sglang-mm-missing-audios"
 
 
 def backend_value(backend) -> pb.Backend:
@@ -146,6 +148,36 @@ def _video_options_message(options) -> pb.VideoOptions | None:
     raise TypeError(f"video options are pb.VideoOptions, VideoOptions or a dict, not {type(options).__name__}")
 
 
+def audio_options(max_seconds: float | None = None) -> pb.AudioOptions:
+    """AudioOptions from values (None: unset, the model's): keep only the clip's first
+    ``max_seconds`` seconds."""
+    opts = pb.AudioOptions()
+    if max_seconds is not None:
+        opts.max_seconds = float(max_seconds)
+    return opts
+
+
+def _audio_options_message(options) -> pb.AudioOptions | None:
+    """``audio_options`` accepted as a message, an ``AudioOptions`` value or a dict."""
+    if options is None or isinstance(options, pb.AudioOptions):
+        return options
+    if isinstance(options, AudioOptions):
+        return audio_options(**options.as_dict())
+    if isinstance(options, dict):
+        return audio_options(**options)
+    raise TypeError(f"audio options are pb.AudioOptions, AudioOptions or a dict, not {type(options).__name__}")
+
+
+def audio_item(audio, *, options=None, bind_id: str = "") -> pb.MediaItem:
+    """An audio clip's MediaItem: sources as ``media_item``; ``options``: this clip's
+    ``audio_options``, over the request's."""
+    item = media_item(audio, bind_id=bind_id)
+    opts = _audio_options_message(options)
+    if opts is not None:
+        item.audio_options.CopyFrom(opts)
+    return item
+
+
 def video_item(video, *, options=None, bind_id: str = "") -> pb.MediaItem:
     """A video's MediaItem: sources as ``media_item`` (bytes, ``Path``, URL string or a
     MediaItem); ``options``: this video's ``video_options``, over the request's."""
@@ -212,6 +244,11 @@ def missing_media(error: grpc.RpcError, key: str = MISSING_MEDIA_KEY) -> list[in
 def missing_videos(error: grpc.RpcError) -> list[int] | None:
     """The video indexes a NOT_FOUND for media ids names, else None."""
     return missing_media(error, MISSING_VIDEOS_KEY)
+
+
+def missing_audios(error: grpc.RpcError) -> list[int] | None:
+    """The audio clip indexes a NOT_FOUND for media ids names, else None."""
+    return missing_media(error, MISSING_AUDIOS_KEY)
 
 
 def payload_arrays(payload: pb.BackendPayload, read_shm=None) -> dict[str, np.ndarray]:
@@ -306,6 +343,8 @@ class Client:
         image_options=None,
         videos: Iterable = (),
         video_options=None,
+        audios: Iterable = (),
+        audio_options=None,
     ) -> pb.PreprocessResponse:
         """Preprocess ``images``; with ``backend`` the payload comes back in the response.
 
@@ -321,7 +360,9 @@ class Client:
         (``media_item(image, options=...)``) override them field by field.
         ``videos``: bytes, ``Path``, URL strings or ``video_item(...)``s, one video
         placeholder each in ``input_ids``; ``video_options`` (``video_options(...)``, a
-        ``VideoOptions`` or a dict): what this request asks of every video.
+        ``VideoOptions`` or a dict): what this request asks of every video. ``audios`` and
+        ``audio_options`` likewise (``audio_item(...)``, ``audio_options(...)``), one audio
+        placeholder each.
         """
         req = pb.PreprocessRequest(
             request_id=request_id,
@@ -333,14 +374,15 @@ class Client:
             payload_options=options,
             image_options=_image_options_message(image_options),
             video_options=_video_options_message(video_options),
+            audio_options=_audio_options_message(audio_options),
         )
-        return self._with_media("Preprocess", req, images, self._timeout(timeout), videos)
+        return self._with_media("Preprocess", req, images, self._timeout(timeout), videos, audios)
 
     @raising_remote_errors
     def plan(self, model: str, images: Iterable, input_ids: Sequence[int] | None = None, *, request_id: str = "",
              timeout: float | None = None, max_image_tokens: int | None = None,
              image_options=None, videos: Iterable = (), video_options=None,
-             options: pb.PayloadOptions | None = None) -> pb.PlanResponse:
+             options: pb.PayloadOptions | None = None, audios: Iterable = (), audio_options=None) -> pb.PlanResponse:
         """What ``preprocess`` with the same images, ids and options would produce, from the
         image headers alone: per image (``images``) its hash, sizes, grid, token count,
         ranges, effective options and ``cached``, and ``input_ids_length``. Nothing is
@@ -351,10 +393,12 @@ class Client:
         req = pb.PreprocessRequest(request_id=request_id, model=model, input_ids=list(input_ids or ()),
                                    max_image_tokens=max_image_tokens or 0, payload_options=options,
                                    image_options=_image_options_message(image_options),
-                                   video_options=_video_options_message(video_options))
-        return self._with_media("Plan", req, images, self._timeout(timeout), videos)
+                                   video_options=_video_options_message(video_options),
+                                   audio_options=_audio_options_message(audio_options))
+        return self._with_media("Plan", req, images, self._timeout(timeout), videos, audios)
 
-    def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout, videos: Iterable = ()):
+    def _with_media(self, method: str, req: pb.PreprocessRequest, images: Iterable, timeout, videos: Iterable = (),
+                    audios: Iterable = ()):
         """Call ``method`` with the images and videos; with ``media_ids``, bytes go by hash
         and the ones the server does not hold (its trailers list images and videos apart)
         are sent again as data (each at most once: an id that the server held at first and
@@ -363,6 +407,7 @@ class Client:
         by_hash = {  # field -> {index: (bytes, hash)} of the items sent by hash (for a resend)
             "images": self._add_items(req.images, images, media_item, "options", digests),
             "videos": self._add_items(req.videos, videos, video_item, "video_options", digests),
+            "audios": self._add_items(req.audios, audios, audio_item, "audio_options", digests),
         }
         while True:
             try:
@@ -371,7 +416,8 @@ class Client:
             except grpc.RpcError as e:
                 if not any(by_hash.values()):
                     raise
-                missing = {"images": missing_media(e) or [], "videos": missing_videos(e) or []}
+                missing = {"images": missing_media(e) or [], "videos": missing_videos(e) or [],
+                           "audios": missing_audios(e) or []}
                 if not any(missing.values()) or any(i not in by_hash[f] for f, ix in missing.items() for i in ix):
                     raise  # not ids sent for bytes this call has
                 for f, ix in missing.items():  # as data from now on (the loop ends: each item goes once)

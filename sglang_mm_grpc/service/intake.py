@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from ..core.carriers import ImageOptions, VideoOptions
+from ..core.carriers import AudioOptions, ImageOptions, VideoOptions
 from ..core.errors import Code, PreprocessError
 from ..media.sources import describe as describe_source
 from ..pipeline.driver import Preprocessor
@@ -56,6 +56,25 @@ class Videos:
 
 
 @dataclass(frozen=True)
+class Audios:
+    """A request's audio clips after their fetch."""
+
+    raw: list  # encoded bytes, in order
+    media: Media
+    options: AudioOptions | None  # the request's audio_options
+    per_audio: list | None  # each MediaItem's audio_options (None where unset), or None
+
+    def arguments(self) -> dict:
+        """The audio keyword arguments of ``Preprocessor.preprocess`` / ``plan`` (none without clips)."""
+        if not self.raw:
+            return {}
+        return {"audios": self.raw, "audio_options": self.options, "per_audio_options": self.per_audio}
+
+
+NO_AUDIOS = Audios([], Media([], [], [], ""), None, None)
+
+
+@dataclass(frozen=True)
 class Request:
     """A Preprocess or Plan call after its checks and its fetch."""
 
@@ -70,6 +89,7 @@ class Request:
     resolved: Resolved  # its payload options: raw pixels, the worker's limits
     check_size: Callable  # what its plans may make (``size_check``)
     deadline: float | None = None  # time.monotonic() the call must end by (None: no deadline)
+    audios: Audios = NO_AUDIOS
 
 
 class Intake:
@@ -89,34 +109,52 @@ class Intake:
     async def fetched(self, request: pb.PreprocessRequest, context, rec: RequestRecord, deadline: Deadline,
                       pp: Preprocessor, resolved: Resolved) -> Request:
         """The request checked (shape, options, raw pixels, media ids) before anything is
-        fetched, then its images' and videos' bytes."""
+        fetched, then its images', videos' and audio clips' bytes."""
         rec.images = len(request.images)
         input_ids = list(request.input_ids) if request.input_ids else None
-        videos = len(request.videos)
+        videos, audios = len(request.videos), len(request.audios)
         if videos:
             self.models.check_takes_video(pp, request.model, videos)
-        pp.check_request(len(request.images), input_ids, videos=videos)  # before any fetch
+        pp.check_request(len(request.images), input_ids, videos=videos, audios=audios)  # before any fetch
         options, image_options = messages.image_options(request)
         pp.configure(len(request.images), options, image_options, request.max_image_tokens or None, resolved.raw)
         video_options, per_video = messages.video_options(request)
+        audio_options, per_audio = messages.audio_options(request)
         # hashes and client ids name this caller's images
-        media, vmedia = self.media_ids.resolve(request.images, request.videos, self.identity(context))
+        media, vmedia, amedia = self.media_ids.resolve(request.images, request.videos, self.identity(context),
+                                                       request.audios)
         deadline.check("fetching")
         tf = time.perf_counter()
-        if videos:
-            cap = ("video_max_bytes", pp.video_limits.max_bytes)
-            items = [("image", i, None) for i in range(len(media.sources))] + [
-                ("video", i, cap) for i in range(videos)]
-            raw = await self.fetch([*media.sources, *vmedia.sources], deadline.at, items=items)
-        else:
-            raw = await self.fetch(media.sources, deadline.at)
+        raw = await self.fetch([*media.sources, *vmedia.sources, *amedia.sources], deadline.at,
+                               items=_items(pp, len(media.sources), videos, audios))
         rec.stages_ms["fetch"] = (time.perf_counter() - tf) * 1e3
-        n = len(media.sources)
+        n, m = len(media.sources), len(media.sources) + videos
         rec.bytes = sum(len(b) for b in raw[:n])
-        rec.video_bytes = sum(len(b) for b in raw[n:])
+        rec.video_bytes = sum(len(b) for b in raw[n:m])
         check = size_check(request, pp, resolved, self.transport.max_send_bytes, self.store.max_bytes)
         return Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
-                       Videos(raw[n:], vmedia, video_options, per_video), resolved, check, deadline.at)
+                       Videos(raw[n:m], vmedia, video_options, per_video), resolved, check, deadline.at,
+                       Audios(raw[m:], amedia, audio_options, per_audio) if audios else NO_AUDIOS)
+
+
+def _items(pp: Preprocessor, images: int, videos: int, audios: int) -> list[tuple]:
+    """What each fetched source is: images under the image rules, videos and clips under
+    their own byte limits."""
+    vcap = ("video_max_bytes", pp.video_limits.max_bytes)
+    items = [("image", i, None) for i in range(images)] + [("video", i, vcap) for i in range(videos)]
+    if audios:
+        acap = ("audio_max_bytes", _audio_limits(pp).max_bytes)
+        items += [("audio", i, acap) for i in range(audios)]
+    return items
+
+
+def _audio_limits(pp: Preprocessor):
+    """The model's audio limits (media.audio's defaults where it sets none)."""
+    if pp.audio_limits is not None:
+        return pp.audio_limits
+    from ..media.audio import AudioLimits
+
+    return AudioLimits()
 
 
 def size_check(request: pb.PreprocessRequest, pp: Preprocessor, resolved: Resolved, max_send: int | None,
@@ -151,7 +189,7 @@ def naming_source(e: PreprocessError, req: Request) -> PreprocessError:
     """A decode or pixel error about a fetched image (or video) also names where it came
     from (redacted), as fetch errors do; inline bytes need no naming beyond the index."""
     kind = getattr(e, "kind", "image")
-    sources = req.videos.media.sources if kind == "video" else req.media.sources
+    sources = {"video": req.videos.media.sources, "audio": req.audios.media.sources}.get(kind, req.media.sources)
     if e.item is None or e.item >= len(sources) or isinstance(sources[e.item], (bytes, bytearray)):
         return e
     return PreprocessError(e.code, f"{describe_source(sources[e.item])}: {e.detail}", item=e.item, kind=kind)

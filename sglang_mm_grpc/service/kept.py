@@ -27,6 +27,7 @@ class Kept:
     staged: dict = field(default_factory=dict)
     segments: list = field(default_factory=list)  # shm.Segments its payloads handed out
     video_field_layout: object = None  # the family's layout of the video tensors (with videos)
+    audio_field_layout: object = None  # the family's layout of the audio tensors (with audio clips)
     image_defaults: ImageOptions | None = None  # an image's effective options when it asks none
     caller: str = ""  # who made it (``callers.identity``): nobody else may use its handle
 

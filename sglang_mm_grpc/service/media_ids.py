@@ -30,15 +30,16 @@ class MediaIds:
     def __init__(self, store: MediaStore):
         self.store = store
 
-    def resolve(self, images, videos, scope: str) -> tuple[Media, Media]:
-        """The images' and the videos' sources for the caller ``scope``; one MissingMedia
-        for every id not held."""
+    def resolve(self, images, videos, scope: str, audios=()) -> tuple[Media, Media, Media]:
+        """The images', videos' and audio clips' sources for the caller ``scope``; one
+        MissingMedia for every id not held."""
         media, missing = self._sources(images, "image", scope)
         vmedia, vmissing = self._sources(videos, "video", scope)
-        if missing or vmissing:
+        amedia, amissing = self._sources(audios, "audio", scope)
+        if missing or vmissing or amissing:
             raise MissingMedia(missing, "" if self.store.enabled else " (it keeps no media: serve "
-                               "--media-store-bytes 0)", missing_videos=vmissing)
-        return media, vmedia
+                               "--media-store-bytes 0)", missing_videos=vmissing, missing_audios=amissing)
+        return media, vmedia, amedia
 
     def remember(self, media: Media, raw: list, results) -> None:
         """Keep the newly sent images (or videos) for media ids, and bind their ids to them."""

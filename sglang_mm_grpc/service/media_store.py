@@ -41,6 +41,8 @@ MAX_HOLDERS = 256
 MISSING_METADATA_KEY = "sglang-mm-missing-media"
 #: The same for the missing videos' indexes.
 MISSING_VIDEOS_METADATA_KEY = "sglang-mm-missing-videos"
+#: The same for the missing audio clips' indexes.
+MISSING_AUDIOS_METADATA_KEY = "sglang-mm-missing-audios"
 
 
 def is_hash_id(media_id: str) -> bool:
@@ -74,18 +76,18 @@ class MediaStats:
 
 class MissingMedia(PreprocessError):
     """NOT_FOUND: media ids this server does not hold. ``missing``: (image index, id);
-    ``missing_videos``: (video index, id); ``trailing`` is the metadata that lists the
-    indexes for a client to resend (images and videos under their own keys)."""
+    ``missing_videos`` / ``missing_audios``: (video or clip index, id); ``trailing`` is the
+    metadata that lists the indexes for a client to resend (each modality under its key)."""
 
     def __init__(self, missing: list[tuple[int, str]], why: str = "",
-                 missing_videos: list[tuple[int, str]] | None = None):
+                 missing_videos: list[tuple[int, str]] | None = None,
+                 missing_audios: list[tuple[int, str]] | None = None):
         self.missing = list(missing)
         self.missing_videos = list(missing_videos or ())
-        shown = ", ".join([*(f"image {i} (media_id {_short(m)})" for i, m in self.missing),
-                           *(f"video {i} (media_id {_short(m)})" for i, m in self.missing_videos)])
-        what = f"{len(self.missing)} image(s)" if not self.missing_videos else (
-            f"{len(self.missing_videos)} video(s)" if not self.missing
-            else f"{len(self.missing)} image(s) and {len(self.missing_videos)} video(s)")
+        self.missing_audios = list(missing_audios or ())
+        kinds = (("image", self.missing), ("video", self.missing_videos), ("audio clip", self.missing_audios))
+        shown = ", ".join(f"{kind} {i} (media_id {_short(m)})" for kind, held in kinds for i, m in held)
+        what = " and ".join(f"{len(held)} {kind}(s)" for kind, held in kinds if held)
         super().__init__(
             Code.NOT_FOUND,
             f"{what} not held by this server{why}: {shown}; send them again as url or data "
@@ -96,6 +98,8 @@ class MissingMedia(PreprocessError):
             trailing.append((MISSING_METADATA_KEY, ",".join(str(i) for i, _ in self.missing)))
         if self.missing_videos:
             trailing.append((MISSING_VIDEOS_METADATA_KEY, ",".join(str(i) for i, _ in self.missing_videos)))
+        if self.missing_audios:
+            trailing.append((MISSING_AUDIOS_METADATA_KEY, ",".join(str(i) for i, _ in self.missing_audios)))
         self.trailing = tuple(trailing)
 
 

@@ -1,6 +1,7 @@
 """The service's protobuf messages to and from the pipeline's carriers.
 
-Requests' image and video options become ``ImageOptions`` / ``VideoOptions`` (an unknown
+Requests' image, video and audio options become ``ImageOptions`` / ``VideoOptions`` /
+``AudioOptions`` (an unknown
 detail value is INVALID_ARGUMENT); a Preprocess's or Plan's output, the served models and
 a counters ``Snapshot`` become their responses. No I/O, no state.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from ..core.carriers import ImageOptions, ImageResult, PlanOutput, PreprocessOutput, VideoOptions, VideoResult
+from ..core.carriers import (AudioOptions, AudioResult, ImageOptions, ImageResult, PlanOutput, PreprocessOutput,
+                             VideoOptions, VideoResult)
 from ..core.errors import Code, PreprocessError
 from ..pipeline.metrics import BUCKETS_MS, Snapshot
 from ..wire import assemble as asm
@@ -53,6 +55,23 @@ def video_options(request: pb.PreprocessRequest) -> tuple[VideoOptions | None, l
     return options, per_video if any(o is not None for o in per_video) else None
 
 
+def audio_options(request: pb.PreprocessRequest) -> tuple[AudioOptions | None, list | None]:
+    """(the request's audio_options, each clip's own or None), or (None, None);
+    INVALID_ARGUMENT for a max_seconds that is not a positive number."""
+    def read(msg: pb.AudioOptions, item: int | None) -> AudioOptions:
+        if not msg.HasField("max_seconds"):
+            return AudioOptions()
+        if not msg.max_seconds > 0 or msg.max_seconds == float("inf"):
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"audio_options.max_seconds must be a positive number of "
+                                  f"seconds, got {msg.max_seconds}", item=item, kind="audio")
+        return AudioOptions(max_seconds=msg.max_seconds)
+
+    options = read(request.audio_options, None) if request.HasField("audio_options") else None
+    per_audio = [read(a.audio_options, i) if a.HasField("audio_options") else None
+                 for i, a in enumerate(request.audios)]
+    return options, per_audio if any(o is not None for o in per_audio) else None
+
+
 def _fill_options(msg: pb.ImageOptions, options: ImageOptions) -> None:
     for name in ("min_pixels", "max_pixels", "max_tokens"):
         value = getattr(options, name)
@@ -75,6 +94,10 @@ def preprocess_response(request: pb.PreprocessRequest, out: PreprocessOutput) ->
         _fill_video_info(resp.videos.add(), v)
     if out.video_token_id is not None:
         resp.video_token_id = out.video_token_id
+    for a in out.audios:
+        _fill_audio_info(resp.audios.add(), a)
+    if out.audio_token_id is not None:
+        resp.audio_token_id = out.audio_token_id
     if out.positions is not None:
         tensors.fill(resp.mrope.positions, out.positions)
         resp.mrope.delta = int(out.rope_delta or 0)
@@ -96,6 +119,10 @@ def plan_response(request: pb.PreprocessRequest, out: PlanOutput, info: dict) ->
         resp.pixel_bytes[dtype] = nbytes
     if out.videos:
         resp.video_token_id = info["video_token_id"] or 0
+    for a in out.audios:
+        _fill_audio_info(resp.audios.add(), a)
+    if out.audios:
+        resp.audio_token_id = info["audio_token_id"] or 0
     return resp
 
 
@@ -132,6 +159,17 @@ def _fill_video_info(info: pb.VideoInfo, v: VideoResult) -> None:
             setattr(info.options, name, value)
 
 
+def _fill_audio_info(info: pb.AudioInfo, a: AudioResult) -> None:
+    info.hash, info.token_count, info.encoded_bytes, info.cached = a.hash, a.token_count, a.encoded_bytes, a.cached
+    info.structural_range.offset, info.structural_range.length = a.structural_range
+    for offset, length in a.patch_ranges:
+        info.patch_ranges.add(offset=offset, length=length)
+    info.sample_rate, info.channels = a.sample_rate, a.channels
+    info.duration_s, info.samples, info.frames = float(a.duration_s), a.samples, a.frames
+    if a.options is not None and a.options.max_seconds is not None:
+        info.options.max_seconds = a.options.max_seconds
+
+
 def models_response(infos: Iterable[dict]) -> pb.ListModelsResponse:
     return pb.ListModelsResponse(models=[_model_info(info) for info in infos])
 
@@ -150,6 +188,9 @@ def _model_info(info: dict) -> pb.ModelInfo:
         placeholder_token_id=info["placeholder_token_id"],
         max_image_tokens=info["max_image_tokens"],
         video_token_id=info.get("video_token_id") or 0,
+        audio_token_id=info.get("audio_token_id") or 0,
+        max_audios_per_request=info.get("max_audios_per_request") or 0,
+        max_audio_tokens=info.get("max_audio_tokens") or 0,
     )
 
 

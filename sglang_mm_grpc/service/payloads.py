@@ -26,11 +26,12 @@ class Payloads:
     def with_response(self, resp, out: PreprocessOutput, layouts: tuple, backend, t0: float,
                       resolved: Resolved, staged, kept: Kept | None) -> tuple[bytes, float]:
         """(``resp`` with the payload for ``backend``, serialized; ms spent assembling).
-        ``layouts``: the model's (image, video) field layouts and its images' default options."""
+        ``layouts``: the model's (image, video) field layouts, its images' default options
+        and its audio field layout."""
         ta = time.perf_counter()
         assembled = asm.assemble(out, backend, layouts[0], into=resp.payload, options=resolved.wire,
                                  arena=self.transport.arena, staged=staged, video_field_layout=layouts[1],
-                                 image_defaults=layouts[2])
+                                 image_defaults=layouts[2], audio_field_layout=layouts[3])
         now = time.perf_counter()
         assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
         resp.timings.total_ms = (now - t0) * 1e3
@@ -44,7 +45,8 @@ class Payloads:
         resp = pb.AssembleResponse()
         assembled = asm.assemble(kept.output, backend, kept.field_layout, into=resp.payload, options=resolved.wire,
                                  arena=self.transport.arena, staged=kept.staged,
-                                 video_field_layout=kept.video_field_layout, image_defaults=kept.image_defaults)
+                                 video_field_layout=kept.video_field_layout, image_defaults=kept.image_defaults,
+                                 audio_field_layout=kept.audio_field_layout)
         data = self.transport.serialize(resp, assembled)
         kept.copied(assembled.segments)
         return data

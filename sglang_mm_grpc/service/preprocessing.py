@@ -83,7 +83,7 @@ class Preprocessing:
         out = req.model.plan(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
                              options=req.options, image_options=req.image_options, hashes=req.media.hashes,
                              encoder_budget=req.resolved.encoder_budget, scope=self.media_ids.cache_scope(req.media),
-                             check_size=req.check_size, **req.videos.arguments())
+                             check_size=req.check_size, **req.videos.arguments(), **req.audios.arguments())
         self._remember(req, out)
         return out, (time.perf_counter() - t0) * 1e3
 
@@ -103,7 +103,8 @@ class Preprocessing:
         model = job.req.model
         try:
             wire_bytes, assemble_ms = self.payloads.with_response(
-                resp, out, (model.field_layout, model.family.video_field_layout, _image_defaults(model)),
+                resp, out, (model.field_layout, model.family.video_field_layout, _image_defaults(model),
+                            _audio_layout(model)),
                 job.backend, job.rec.t0,
                 job.resolved, stager.segments if stager is not None else None, kept)
         except BaseException:
@@ -120,7 +121,7 @@ class Preprocessing:
         """(the output, its response without a payload, the result kept under the response's
         handle if the job keeps it); nothing kept once ``cancel`` is set."""
         req = job.req
-        videos = req.videos.arguments()
+        videos = {**req.videos.arguments(), **req.audios.arguments()}
         if videos:
             videos["deadline"] = req.deadline
         out = req.model.preprocess(req.raw, req.input_ids, cancel=cancel, max_image_tokens=req.max_image_tokens,
@@ -140,6 +141,7 @@ class Preprocessing:
             kept = Kept(req.model.name, out, req.model.field_layout,
                         staged=dict(stager.segments) if stager is not None else {},
                         video_field_layout=req.model.family.video_field_layout,
+                        audio_field_layout=_audio_layout(req.model),
                         image_defaults=_image_defaults(req.model), caller=job.caller)
             resp.handle = self.kept.keep(kept)
             if stager is not None:
@@ -149,6 +151,7 @@ class Preprocessing:
     def _remember(self, req: Request, out: PlanOutput | PreprocessOutput) -> None:
         self.media_ids.remember(req.media, req.raw, out.images)
         self.media_ids.remember(req.videos.media, req.videos.raw, out.videos)
+        self.media_ids.remember(req.audios.media, req.audios.raw, out.audios)
 
 
 def record(rec: RequestRecord, done: Done, since: float) -> None:
@@ -174,3 +177,8 @@ def _image_defaults(pp: Preprocessor) -> ImageOptions:
     """The effective options of an image the request asks nothing of: an image whose own
     differ is another encoder input, keyed apart in the payload (``asm.image_item_hash``)."""
     return pp.family.effective_options(None)
+
+
+def _audio_layout(model: Preprocessor):
+    """The model's layout of its audio tensors (None: it takes no audio)."""
+    return getattr(model.family, "audio_field_layout", None)

@@ -163,7 +163,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         deadline = Deadline(context)
         pp = self.models.named(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
-        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos))
+        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos),
+                                          len(request.audios))
         req = await self.intake.fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("planning")
         tw = time.perf_counter()
@@ -182,9 +183,11 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         pp = self.models.named(request.model)
         backend = asm.parse_backend(request.backend) if request.backend else None
         rec.backend = asm.BACKEND_NAMES[backend] if backend is not None else ""
-        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos))
-        if backend is not None:
-            asm.check_videos(backend, len(request.videos))  # before anything is fetched
+        resolved = self.transport.resolve(request.payload_options, backend, len(request.images), len(request.videos),
+                                          len(request.audios))
+        if backend is not None:  # before anything is fetched
+            asm.check_videos(backend, len(request.videos))
+            asm.check_audios(backend, len(request.audios))
         req = await self.intake.fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("preprocessing")
         job = preprocessing.Job(req, request, backend, backend is None or request.keep_handle, rec, resolved,

@@ -105,7 +105,7 @@ class Transport:
         self.max_send_bytes = max_send_bytes
 
     def resolve(self, options: pb.PayloadOptions, backend: int | None, images: int | None = None,
-                videos: int | None = None) -> Resolved:
+                videos: int | None = None, audios: int = 0) -> Resolved:
         """``options`` for a payload to ``backend`` (None: not known yet, a two-phase Preprocess)
         of ``images`` images and ``videos`` videos (what a Preprocess stages depends on them;
         None: not known, an Assemble, whose items were checked at Preprocess)."""
@@ -115,7 +115,7 @@ class Transport:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"payload_options carries a {worker.backend} worker's server "
                                   f"info, but the payload is for {name}")
         if worker is not None and images is not None:
-            worker.check_items(images, videos or 0)
+            worker.check_items(images, videos or 0, audios)
         dtype, source = asm.parse_pixel_dtype(options.pixel_dtype), "payload_options.pixel_dtype"
         if not dtype and worker is not None:
             dtype, source = worker.pixel_dtype()

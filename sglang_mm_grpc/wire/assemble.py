@@ -23,12 +23,13 @@ from . import backends
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from ..core.carriers import ImageOptions, PreprocessOutput
 from ..core.errors import Code, PreprocessError
-from .payload import (KERNEL_DTYPES, UINT32_MAX, Assembled, Backend, Job, Placer, WireOptions, image_item_hash,
-                      video_item_hash, videos_of)
+from .payload import (KERNEL_DTYPES, UINT32_MAX, Assembled, Backend, Job, Placer, WireOptions, audios_of,
+                      image_item_hash, video_item_hash, videos_of)
 from .shm import Segment, ShmArena
 
 __all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_PIXEL_DTYPE", "KERNEL_DTYPES", "SHM_BACKENDS", "WIRE_DTYPES",
-           "Assembled", "WireOptions", "assemble", "check_options", "check_videos", "image_item_hash", "is_raw",
+           "Assembled", "WireOptions", "assemble", "check_audios", "check_options", "check_videos", "image_item_hash",
+           "is_raw",
            "output_nbytes", "parse_backend", "parse_pixel_dtype", "pixel_wire_array", "token_ids",
            "video_item_hash", "videos_of"]
 
@@ -95,6 +96,7 @@ def assemble(
     staged: Mapping[str, Segment] | None = None,
     video_field_layout=None,
     image_defaults: ImageOptions | None = None,
+    audio_field_layout=None,
 ) -> Assembled:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
@@ -105,6 +107,7 @@ def assemble(
     uint8; by tensor name), each handed out instead of a copy when an SHM tensor of the
     payload in that dtype is exactly its memory (vLLM's batch, TokenSpeed's lone item of a modality).
     ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
+    ``audio_field_layout``: the model's layout of the audio tensors (with audio clips).
     ``image_defaults``: the effective options of an image preprocessed with none (the
     model's ``family.effective_options(None)``): an image whose options differ gets an
     item hash over them (``image_item_hash``); None: every image's is its bytes' hash.
@@ -114,13 +117,14 @@ def assemble(
     options = options or WireOptions()
     dtype = check_options(b.enum, options, raw=is_raw(out))
     check_videos(b.enum, len(videos_of(out)))
+    check_audios(b.enum, len(audios_of(out)))
     msg = pb.BackendPayload() if into is None else into
     msg.backend = b.enum
     res = Assembled(msg)
     place = Placer(res, WireOptions() if b.no_shm else options, arena, staged)
     try:
         msg.input_ids.extend(token_ids(out.original_input_ids if b.own_processor else out.input_ids))
-        b.build(Job(out, field_layout, video_field_layout, dtype, image_defaults), msg, place)
+        b.build(Job(out, field_layout, video_field_layout, dtype, image_defaults, audio_field_layout), msg, place)
     except BaseException:
         place.abandon()
         raise
@@ -152,6 +156,18 @@ def check_videos(backend, videos: int) -> None:
             Code.FAILED_PRECONDITION,
             f"{b.label} cannot take this request's {videos} video(s): {b.no_video}. "
             "Use the vLLM or TokenSpeed backend for videos, or send the images without the videos",
+        )
+
+
+def check_audios(backend, audios: int) -> None:
+    """FAILED_PRECONDITION when the request has audio clips and ``backend``'s consumer takes
+    none (checked before any work by the servicer, and again when assembling)."""
+    b = _backend(backend)
+    if audios and b.no_audio:
+        raise PreprocessError(
+            Code.FAILED_PRECONDITION,
+            f"{b.label} cannot take this request's {audios} audio clip(s): {b.no_audio}. "
+            "Use the TokenSpeed backend for audio, or send the request without the clips",
         )
 
 
@@ -218,5 +234,6 @@ def output_nbytes(out: PreprocessOutput) -> int:
     if videos_of(out):
         assert out.pixel_values_videos is not None  # made with the videos
         arrays += [out.pixel_values_videos, *out.video_tensors.values()]
-    raw = [*out.raw_images, *(getattr(out, "raw_videos", None) or ())]
+    arrays += list(out.audio_tensors.values())
+    raw = [*out.raw_images, *(getattr(out, "raw_videos", None) or ()), *out.raw_audios]
     return sum(int(a.nbytes) for a in arrays) + sum(len(b) for b in raw)

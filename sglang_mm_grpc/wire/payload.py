@@ -85,6 +85,7 @@ class Job:
     video_field_layout: Any  # ... of the video tensors (None: the model has none)
     dtype: str  # the pixel tensors' wire dtype
     image_defaults: ImageOptions | None
+    audio_field_layout: Any = None  # ... of the audio tensors (None: the model takes none)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class Backend:
     no_shm: str = ""  # why its TensorData cannot carry a shared-memory handle ("": it can)
     no_raw: str = ""  # why it cannot take raw uint8 pixels ("": it can)
     no_video: str = ""  # why it cannot take videos ("": it can)
+    no_audio: str = ""  # why it cannot take audio clips ("": it can)
 
 
 # -- item hashes -------------------------------------------------------------------------
@@ -144,8 +146,8 @@ class Source:
     """One modality's part of an output: what a vLLM batch or TokenSpeed's items of that
     modality are cut from."""
 
-    modality: int  # common_pb2.IMAGE / VIDEO
-    results: list  # ImageResult / VideoResult
+    modality: int  # common_pb2.IMAGE / VIDEO / AUDIO
+    results: list  # ImageResult / VideoResult / AudioResult
     pixels: np.ndarray
     pixels_key: str  # the pixel tensor's name in the layout
     tensors: dict
@@ -169,6 +171,28 @@ def sources(job: Job, no_video_layout: str) -> Iterator[Source]:
         # the videos' pixels and token id are set whenever there are videos
         yield Source(common_pb2.VIDEO, videos_of(out), cast(np.ndarray, out.pixel_values_videos), "pixel_values_videos",
                      dict(out.video_tensors), job.video_field_layout, cast(int, out.video_token_id), video_item_hash)
+    if audios_of(out):
+        layout = job.audio_field_layout
+        if layout is None:
+            raise PreprocessError(Code.INTERNAL, "this model declares no layout for its audio tensors")
+        key = layout.encoder_input_key
+        tensors = {k: v for k, v in out.audio_tensors.items() if k != key}
+        yield Source(common_pb2.AUDIO, audios_of(out), out.audio_tensors[key], key, tensors, layout,
+                     cast(int, out.audio_token_id), audio_item_hash)
+
+
+def audios_of(out) -> list:
+    """``out.audios`` (empty for an output without audio clips)."""
+    return list(getattr(out, "audios", None) or ())
+
+
+def audio_item_hash(audio) -> str:
+    """The hex id a backend caches a clip's encoder output under: its bytes' hash with the
+    model's default options, else blake3 over it and the truncation asked."""
+    options = audio.options
+    if options is None or options.max_seconds is None:
+        return audio.hash
+    return keyed_hash(f"audio:{audio.hash}:max_seconds={options.max_seconds}")
 
 
 def patch_runs(result) -> tuple:

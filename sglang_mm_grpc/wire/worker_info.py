@@ -51,10 +51,10 @@ class WorkerInfo:
             return self.encoder_dtype, f"the {self.backend} worker's server info (multimodal_encoder_dtype)"
         return "", ""
 
-    def check_items(self, images: int, videos: int) -> None:
+    def check_items(self, images: int, videos: int, audios: int = 0) -> None:
         """INVALID_ARGUMENT when the request has more items of a modality than the
         worker's ``mm_item_limits`` allow (its engine would refuse the prompt)."""
-        for modality, count in (("image", images), ("video", videos)):
+        for modality, count in (("image", images), ("video", videos), ("audio", audios)):
             limit = self.item_limits.get(modality)
             if limit is not None and count > limit:
                 raise PreprocessError(

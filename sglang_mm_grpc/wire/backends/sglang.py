@@ -55,4 +55,5 @@ BACKEND = Backend(
     # video_urls or modalities; the gateway routes no video to SGLang either
     # (model_gateway/src/routers/grpc/multimodal/capability.rs).
     no_video="SGLang's gRPC servicer takes images only (a video's tensors would reach its image encoder)",
+    no_audio="SGLang's gRPC servicer (smg-grpc-servicer 0.14.1) builds every preprocessed item as an image",
 )

@@ -28,4 +28,5 @@ BACKEND = Backend(
     # trtllm_service.proto's MultimodalInput carries only image_data, and
     # tensorrt_llm/grpc/smg/servicer.py passes multi_modal_data={'image': ...} to the engine.
     no_video="TensorRT-LLM's gRPC servicer takes images only",
+    no_audio="TensorRT-LLM's MultimodalInput (trtllm_service.proto) carries image_data only",
 )

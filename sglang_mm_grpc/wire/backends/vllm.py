@@ -108,4 +108,9 @@ def _check_unpadded(src: Source) -> None:
         )
 
 
-BACKEND = Backend(name="vllm", enum=pb.BACKEND_VLLM, label="vLLM", build=build, default_dtype="float32")
+BACKEND = Backend(
+    name="vllm", enum=pb.BACKEND_VLLM, label="vLLM", build=build, default_dtype="float32",
+    no_audio="vLLM's gRPC servicer (smg-grpc-servicer 0.14.1, vllm/mm_keys.py modality_name) registers every "
+             "preprocessed batch that is not VIDEO under the image modality, so audio features would reach its image "
+             "path; a vLLM worker takes audio as media_refs and processes it itself",
+)
