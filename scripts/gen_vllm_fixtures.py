@@ -39,6 +39,19 @@ ext type 3), and writes
 Each file is decoded back with ``MsgpackDecoder(MultiModalKwargsItem)`` and the
 decoded tensors are checked against the inputs (one line printed per item).
 
+The engine's dtype
+------------------
+vLLM casts every floating tensor the HF processor returns to the engine's dtype before it
+builds the items (vllm/multimodal/processing/context.py:345-374,
+``InputProcessingContext._postprocess_output``, which ``call_hf_processor`` applies to the
+processor's output). This script calls that function itself (``_processor_output``) on
+the tensors of every family vLLM runs through ``call_hf_processor`` (Qwen-VL, Llama 4), for
+an engine in ``ENGINE_DTYPE`` (the tests' fingerprints': "torch.bfloat16"): Llama 4's
+pixels and Qwen2.5-VL's ``second_per_grid_ts`` become bfloat16, raw uint8 pixels and the
+integer tensors stay. Llama 4's first item is kept for each engine dtype vLLM runs in,
+bfloat16, float16 and float32 (MANIFEST.json "llama4_dtypes"). Inkling's processor calls the HF image processor itself
+and casts to bfloat16 whatever the engine's dtype.
+
 The other families
 ------------------
 Llama 4 and the Qwen videos are kept by the sha256 of vLLM's bytes (MANIFEST.json "llama4",
@@ -73,8 +86,11 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 EXPECTED_VLLM_VERSION = "0.33.0"
+#: the engine's dtype (``torch`` attribute name), as the tests' fingerprints name it
+ENGINE_DTYPE = "bfloat16"
 SPATIAL_MERGE_SIZE = 2  # Qwen2VLVisionConfig.spatial_merge_size default
 SIZE_THRESHOLD = 2**62
 
@@ -264,9 +280,35 @@ def vllm_hashes(inputs: Path) -> list[dict]:
     return out
 
 
-def _llama4_items(path: Path, encoder, decoder) -> list[dict]:
+def _processor_output(hf_inputs, dtype: str = ENGINE_DTYPE):
+    """The HF processor's output as vLLM holds it once ``call_hf_processor`` has cast it:
+    vLLM's own ``InputProcessingContext._postprocess_output``
+    (vllm/multimodal/processing/context.py:345-374: every floating tensor
+    ``.to(dtype=self.model_config.dtype)``, whatever its field; integer tensors and lists of
+    floats as they are), for an engine in ``dtype``. Its ``self`` is a stand-in holding what
+    it reads: the model config's dtype and the multimodal config's ``mm_tensor_ipc`` (the
+    default "direct_rpc": tensors on the CPU)."""
+    import torch
+    from transformers import BatchFeature
+    from vllm.multimodal.processing.context import InputProcessingContext
+
+    mm_config = SimpleNamespace(mm_tensor_ipc="direct_rpc")
+    ctx = SimpleNamespace(model_config=SimpleNamespace(dtype=getattr(torch, dtype),
+                                                       get_multimodal_config=lambda: mm_config))
+    return BatchFeature(InputProcessingContext._postprocess_output(ctx, dict(hf_inputs)))
+
+
+def _dtypes(item) -> dict[str, str]:
+    """Each key's data type in an item (``str`` of a tensor's torch dtype, or "list")."""
+    return {key: str(elem.data.dtype).removeprefix("torch.") if hasattr(elem.data, "dtype") else "list"
+            for key, elem in item.items()}
+
+
+def _llama4_items(path: Path, encoder, decoder) -> tuple[list[dict], list[dict]]:
     """sha256 of vLLM's bytes of each Llama 4 item (vllm/model_executor/models/mllama4.py
-    ``Mllama4MultiModalProcessor._get_mm_fields_config``, which reads nothing of ``self``)."""
+    ``Mllama4MultiModalProcessor._get_mm_fields_config``, which reads nothing of ``self``)
+    from the service's tensors cast as ``call_hf_processor`` casts them for a bfloat16
+    engine (``_processor_output``); and of its first item for each engine dtype."""
     import numpy as np
     import torch
     from transformers import BatchFeature
@@ -274,18 +316,26 @@ def _llama4_items(path: Path, encoder, decoder) -> list[dict]:
     from vllm.multimodal.inputs import MultiModalKwargsItems
 
     with np.load(path) as npz:
-        hf_inputs = BatchFeature({k: torch.from_numpy(npz[k]) for k in npz.files})
-    config = Mllama4MultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
-    items = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)["image"]
-    out = []
-    for index, item in enumerate(items):
-        (raw,) = encoder.encode(item)
-        raw = bytes(raw)
-        assert decoder.decode(raw) == item
-        out.append({"index": index, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
-                    "keys": list(item.keys())})
-        print(f"llama4 item {index}: {len(raw)} bytes keys={list(item.keys())}")
-    return out
+        service = BatchFeature({k: torch.from_numpy(npz[k]) for k in npz.files})
+    out, by_dtype = [], []
+    for dtype in (ENGINE_DTYPE, "float16", "float32"):
+        hf_inputs = _processor_output(service, dtype)
+        config = Mllama4MultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
+        items = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)["image"]
+        for index, item in enumerate(items if dtype == ENGINE_DTYPE else items[:1]):
+            (raw,) = encoder.encode(item)
+            raw = bytes(raw)
+            assert decoder.decode(raw) == item
+            assert item["pixel_values"].data.dtype == getattr(torch, dtype)
+            entry = {"index": index, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
+                     "keys": list(item.keys()), "dtypes": _dtypes(item)}
+            if dtype == ENGINE_DTYPE:
+                out.append(entry)
+            if index == 0:
+                by_dtype.append({"dtype": f"torch.{dtype}", **entry})
+            print(f"llama4 item {index} ({dtype} engine): {len(raw)} bytes keys={list(item.keys())} "
+                  f"{entry['dtypes']}")
+    return out, by_dtype
 
 
 def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
@@ -293,7 +343,9 @@ def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
     frames), vLLM's hash of the loaded video, and the sha256 of vLLM's bytes of the item
     built from the sidecar's tensors (fields: qwen2_vl.py ``_create_qwen2vl_field_factory``;
     Qwen2.5-VL's ``second_per_grid_ts`` as qwen2_5_vl.py adds it; Qwen3-VL's ``timestamps``
-    as qwen3_vl.py ``_call_hf_processor`` returns them, a list of floats per video)."""
+    as qwen3_vl.py ``_call_hf_processor`` returns them, a list of floats per video, added
+    after its ``call_hf_processor``), the HF processor's tensors cast as that call casts
+    them for a bfloat16 engine (``_processor_output``: Qwen2.5-VL's ``second_per_grid_ts``)."""
     import numpy as np
     import torch
     from transformers import BatchFeature
@@ -317,10 +369,10 @@ def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
                                                    video=items["video"].get_item_for_hash(0))
                 prefix = f"{case}/{model}/"
                 batch = {name[len(prefix):]: tensors[name] for name in tensors.files if name.startswith(prefix)}
-                hf = {k: torch.from_numpy(v) for k, v in batch.items() if k != "timestamps"}
+                hf_inputs = _processor_output(
+                    BatchFeature({k: torch.from_numpy(v) for k, v in batch.items() if k != "timestamps"}))
                 if "timestamps" in batch:
-                    hf["timestamps"] = [[float(t) for t in row] for row in batch["timestamps"]]
-                hf_inputs = BatchFeature(hf)
+                    hf_inputs["timestamps"] = [[float(t) for t in row] for row in batch["timestamps"]]
                 config = dict(_create_qwen2vl_field_factory(SPATIAL_MERGE_SIZE)(hf_inputs))
                 if "second_per_grid_ts" in batch:
                     config["second_per_grid_ts"] = MultiModalFieldConfig.batched("video", keep_on_cpu=True)
@@ -333,9 +385,9 @@ def _video_entries(inputs: Path, encoder, decoder) -> list[dict]:
                             "frames": [list(frames.shape), hashlib.sha256(np.ascontiguousarray(frames)).hexdigest()],
                             "frames_smaller": frames.nbytes < len(data), "hash": key,
                             "item": {"keys": list(item.keys()), "bytes": len(raw),
-                                     "sha256": hashlib.sha256(raw).hexdigest()}})
+                                     "sha256": hashlib.sha256(raw).hexdigest(), "dtypes": _dtypes(item)}})
                 print(f"video {case} {model}: {len(metadata['frames_indices'])} frames {list(frames.shape)} "
-                      f"hash {key[:16]} item {len(raw)} bytes keys={list(item.keys())}")
+                      f"hash {key[:16]} item {len(raw)} bytes {_dtypes(item)}")
     return out
 
 
@@ -497,12 +549,13 @@ def main() -> None:
     for case in sorted(cases):
         pv_np = cases[case]["pixel_values"]
         thw_np = cases[case]["image_grid_thw"]
-        hf_inputs = BatchFeature(
+        # raw uint8 pixels and int64 grids: call_hf_processor's cast leaves them as they are
+        hf_inputs = _processor_output(BatchFeature(
             {
                 "pixel_values": torch.from_numpy(pv_np),
                 "image_grid_thw": torch.from_numpy(thw_np),
             }
-        )
+        ))
         # Same two calls as BaseMultiModalProcessor._apply_hf_processor.
         config_by_key = field_factory(hf_inputs)
         mm_kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config_by_key)
@@ -552,7 +605,7 @@ def main() -> None:
                 f"image_grid_thw={got_thw.tolist()} sha256={files[-1]['sha256'][:16]}"
             )
 
-    llama4 = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
+    llama4, llama4_dtypes = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
     videos = _video_entries(args.inputs, encoder, decoder)
     families = [_inkling_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
@@ -566,11 +619,13 @@ def main() -> None:
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
         "encoder": "MsgpackEncoder(size_threshold=2**62)",
         "spatial_merge_size": SPATIAL_MERGE_SIZE,
+        "engine_dtype": f"torch.{ENGINE_DTYPE}",
         "inputs": args.inputs.name,
         "inputs_sha256": hashlib.sha256(args.inputs.read_bytes()).hexdigest(),
         "files": files,
         "hashes": vllm_hashes(args.inputs),
         "llama4": llama4,
+        "llama4_dtypes": llama4_dtypes,
         "videos": videos,
         "families": families,
         "refused": refused,

@@ -55,7 +55,9 @@ class Engine:
 
     def __post_init__(self) -> None:
         """The engine's processor and media kwargs change its pixels (and, as hash factors,
-        its cache keys); only the defaults are reproduced here."""
+        its cache keys); only the defaults are reproduced here. Its dtype is one vLLM runs
+        in (the floating tensors are cast to it)."""
+        vllm_items.check_engine_dtype(self.fingerprint.dtype)
         for name in ("mm_processor_kwargs", "media_io_kwargs"):
             value = getattr(self.fingerprint, name)
             if json.loads(value or "{}"):
@@ -135,14 +137,16 @@ class JobRunner:
         out = self.model.preprocess(images, vllm_image.service_prompt(family, job.prompt_token_ids, len(images)),
                                     videos=videos, raw=self.engine.raw, use_cache=False)
         hashes, placeholders, kwargs = {}, {}, {}
+        dtype = self.engine.fingerprint.dtype
         if images:
-            items = vllm_items.split_items(vllm_image.image_batch(out, family), IMAGE_FIELDS[family](out))
+            items = vllm_items.split_items(vllm_image.image_batch(out, family, dtype), IMAGE_FIELDS[family](out))
             hashes["image"] = [self._hash(raw, i) for i, raw in enumerate(images)]
             placeholders["image"] = [_placeholder(vllm_image.vllm_span(family, im.structural_range), im.patch_ranges)
                                      for im in out.images]
             kwargs["image"] = [vllm_items.encode_item(item) for item in items]
         if videos:
-            items = vllm_items.split_items(vllm_video.video_batch(out), vllm_video.VIDEO_FIELDS[family](out))
+            items = vllm_items.split_items(vllm_items.cast_floats(vllm_video.video_batch(out), dtype),
+                                           vllm_video.VIDEO_FIELDS[family](out))
             hashes["video"] = [self._video_hash(raw, v, i) for i, (raw, v) in enumerate(zip(videos, out.videos))]
             placeholders["video"] = [_placeholder(v.structural_range, v.patch_ranges) for v in out.videos]
             kwargs["video"] = [vllm_items.encode_item(item) for item in items]

@@ -2,7 +2,8 @@
 vLLM runs for each, the items' fields and each item's placeholder range.
 
 Served: the Qwen-VL families and Llama 4 (vLLM runs the HF processor the service
-reproduces, torchvision classes) and Inkling, whose vLLM processor
+reproduces, torchvision classes, through ``call_hf_processor``, which casts its floating
+tensors to the engine's dtype) and Inkling, whose vLLM processor
 (vllm/models/inkling/common/mm_preprocess.py ``InklingMultiModalProcessor``) departs from
 the HF one in three ways the sidecar follows: it resizes each image with Pillow (LANCZOS)
 by ``rescale_image_frac``, 2.0 where the checkpoint sets none (``_rescale_image``,
@@ -49,7 +50,9 @@ IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]
 #: not read from the checkpoint) and the upscale it applies where the checkpoint sets none.
 INKLING_MARKER, INKLING_TOKEN, INKLING_FRAC = 200005, 200054, 2.0
 
-#: The keys vLLM casts to bfloat16 before it builds the items (Inkling's
+#: The families whose vLLM processor calls the HF image processor itself, not through
+#: ``InputProcessingContext.call_hf_processor`` (so nothing is cast to the engine's dtype),
+#: and the keys it casts to bfloat16 whatever that dtype (Inkling's
 #: ``_apply_hf_processor_main``: ``pixel_values.to(torch.bfloat16)``).
 BFLOAT16 = {"inkling": ("pixel_values",)}
 
@@ -112,10 +115,15 @@ def processor_family(family: Family) -> Family:
     return Inkling(replace(c, processor="pil", rescale_image_frac=c.rescale_image_frac or INKLING_FRAC))
 
 
-def image_batch(out: PreprocessOutput, family: str) -> dict[str, Any]:
-    """The image tensors as vLLM's processor output holds them (cast as it casts them)."""
+def image_batch(out: PreprocessOutput, family: str, dtype: str) -> dict[str, Any]:
+    """The image tensors as vLLM's processor output holds them, cast as it casts them for
+    an engine in ``dtype`` (the fingerprint's): the floating ones to that dtype, as
+    ``call_hf_processor`` does (``vllm_items.cast_floats``), or, for a family whose processor
+    calls the HF one itself (``BFLOAT16``), as that processor casts them."""
     batch: dict[str, Any] = {"pixel_values": out.pixel_values, **out.tensors}
-    for key in BFLOAT16.get(family, ()):
+    if family not in BFLOAT16:
+        return vllm_items.cast_floats(batch, dtype)
+    for key in BFLOAT16[family]:
         batch[key] = vllm_items.BFloat16.of(batch[key])
     return batch
 

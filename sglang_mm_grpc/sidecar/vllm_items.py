@@ -12,17 +12,21 @@ A sidecar result carries, per media item, the one buffer vLLM's
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
 field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
 what the served families' items hold is here: tensors in batched and dim-0 flat fields,
-bfloat16 tensors in flat ones (Inkling's pixels, which vLLM casts to bfloat16: held here
-as their bit patterns, ``BFloat16``), and lists of floats in batched ones (Qwen3-VL's
-timestamps, kept as Python floats). The same msgspec encoder writes the same bytes. vLLM orders an item's keys as a Python
-``set`` of them iterates (``MultiModalKwargsItems.from_hf_inputs``), which changes with
-the process's hash seed; the decoder reads any order, and here it is the field config's.
+bfloat16 tensors (held here as their bit patterns, ``BFloat16``), and lists of floats in
+batched fields (Qwen3-VL's timestamps, kept as Python floats). The same msgspec encoder
+writes the same bytes. vLLM orders an item's keys as a Python ``set`` of them iterates
+(``MultiModalKwargsItems.from_hf_inputs``), which changes with the process's hash seed; the
+decoder reads any order, and here it is the field config's.
+
+Before the items are built, vLLM casts every floating tensor the HF processor returns to
+the engine's dtype (``cast_floats``: vllm/multimodal/processing/context.py
+``InputProcessingContext._postprocess_output``, called by ``call_hf_processor``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -50,8 +54,8 @@ class BFloat16:
     def __len__(self) -> int:
         return len(self.bits)
 
-    def __getitem__(self, index: slice) -> "BFloat16":
-        return BFloat16(self.bits[index])
+    def __getitem__(self, index: slice | int) -> "BFloat16":
+        return BFloat16(np.asarray(self.bits[index]))
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,12 @@ class Batched:
 
     keep_on_cpu: bool = False
 
-    def split(self, batch: np.ndarray | list) -> list:
-        return list(batch) if isinstance(batch, list) else [np.asarray(batch[i]) for i in range(len(batch))]
+    def split(self, batch: np.ndarray | BFloat16 | list) -> list:
+        if isinstance(batch, list):
+            return list(batch)
+        if isinstance(batch, BFloat16):
+            return [batch[i] for i in range(len(batch))]
+        return [np.asarray(batch[i]) for i in range(len(batch))]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
         return "batched", {"keep_on_cpu": self.keep_on_cpu}
@@ -104,6 +112,50 @@ def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[d
         raise ValueError(f"the fields split into different item counts: {sizes}")
     count = next(iter(sizes.values()), 0)
     return [{key: (elems[key][i], fields[key]) for key in elems} for i in range(count)]
+
+
+#: The engine dtypes vLLM 0.33.0 runs a model in, as the fingerprint names them
+#: (``str(model_config.dtype)``: smg_grpc_servicer's ``fingerprint_from_model_config``):
+#: ``--dtype`` half/float16, bfloat16, float/float32 (vllm/config/model.py
+#: ``_STR_DTYPE_TO_TORCH_DTYPE``, ``_get_and_verify_dtype``; "auto" resolves to one of the
+#: platform's ``supported_dtypes``), each with what a float32 tensor cast to it becomes:
+#: numpy's float16 rounds as torch's (to nearest, ties to even, subnormals and overflow
+#: alike), bfloat16 is ``BFloat16.of``.
+ENGINE_DTYPES: dict[str, Callable[[np.ndarray], np.ndarray | BFloat16]] = {
+    "torch.float32": lambda a: a,
+    "torch.float16": lambda a: a.astype(np.float16),
+    "torch.bfloat16": BFloat16.of,
+}
+
+
+def check_engine_dtype(dtype: str) -> None:
+    """ValueError unless ``dtype`` (a fingerprint's) is an engine dtype vLLM runs in."""
+    if dtype not in ENGINE_DTYPES:
+        raise ValueError(f"the fingerprint's dtype {dtype!r} is not one vLLM 0.33.0 runs a model in "
+                         f"({', '.join(ENGINE_DTYPES)}, as str(model_config.dtype) names them)")
+
+
+def cast_floats(batch: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+    """The processor output as vLLM holds it once ``call_hf_processor`` has cast it
+    (vllm/multimodal/processing/context.py ``InputProcessingContext._postprocess_output``:
+    ``tensor.to(dtype=self.model_config.dtype)`` where ``tensor.is_floating_point()``):
+    every floating tensor in the engine's ``dtype``, whatever its field or ``keep_on_cpu``;
+    integer and bool tensors and lists of Python floats (not tensors: Qwen3-VL's
+    timestamps) as they are. The service's floating tensors are float32; any other
+    floating dtype is refused rather than rounded twice."""
+    check_engine_dtype(dtype)
+    cast = ENGINE_DTYPES[dtype]
+    out = dict(batch)
+    for key, value in batch.items():
+        if isinstance(value, BFloat16) and dtype != "torch.bfloat16":
+            raise TypeError(f"{key}: a bfloat16 tensor cast again, to {dtype} (the service's floating tensors "
+                            "are float32)")
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            if value.dtype != np.float32:
+                raise TypeError(f"{key}: a {value.dtype} tensor (the service's floating tensors are float32)")
+            with np.errstate(over="ignore"):  # to inf, as torch casts
+                out[key] = cast(value)
+    return out
 
 
 _encoder = msgspec.msgpack.Encoder()

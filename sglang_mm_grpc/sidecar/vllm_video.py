@@ -56,8 +56,9 @@ VIDEO_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]
 
 
 def video_batch(out: PreprocessOutput) -> dict[str, Any]:
-    """The video tensors as vLLM's processor output holds them (Qwen3-VL's timestamps as
-    lists of floats)."""
+    """The video tensors as the HF processor returns them, before vLLM's cast to the
+    engine's dtype (``vllm_items.cast_floats``; Qwen3-VL's timestamps, lists of floats vLLM
+    adds after that call, are not cast)."""
     batch: dict[str, Any] = {"pixel_values_videos": out.pixel_values_videos, **out.video_tensors}
     if any(v.timestamps_s for v in out.videos):
         batch["timestamps"] = [list(v.timestamps_s) for v in out.videos]

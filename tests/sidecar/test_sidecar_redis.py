@@ -357,6 +357,10 @@ def test_engine_kwargs_it_does_not_reproduce_are_refused_at_start(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
                         "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "misses vllm_version" in r.stderr
+    fp.write_text(json.dumps({**FINGERPRINT.to_hello(), "dtype": "bfloat16"}))  # not str(torch.bfloat16)
+    r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
+                        "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "dtype 'bfloat16' is not one vLLM 0.33.0 runs a model in" in r.stderr, r.stderr
     fp.write_text(json.dumps(FINGERPRINT.to_hello()))
     for model, says in (("no/such-model", "unknown model"),
                         ("mistral-community/pixtral-12b", "does not serve the pixtral family: vLLM 0.33.0 runs it")):
@@ -401,9 +405,14 @@ def test_a_job_in_progress_when_redis_restarts_is_still_answered(stack, media):
 LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 
 
-def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
-    """Llama 4's engine wants normalized float32 pixels; its range spans the image's
-    structure tokens, with ``is_embed`` on the patches only (vLLM's select_token_ids)."""
+def test_llama4_images_carry_bfloat16_pixels_and_is_embed(stack, media, tmp_path):
+    """Llama 4's engine wants normalized pixels, which vLLM's processor casts to the
+    engine's dtype (the fingerprint's bfloat16: ``InputProcessingContext._postprocess_output``):
+    the service's float32 pixels rounded to bfloat16 as torch rounds them. Its range spans
+    the image's structure tokens, with ``is_embed`` on the patches only (vLLM's
+    select_token_ids)."""
+    from sglang_mm_grpc.kernels import bf16
+
     fingerprint = msgspec.structs.replace(FINGERPRINT, model=LLAMA4)
     fp = tmp_path / "fp.json"
     fp.write_text(json.dumps(fingerprint.to_hello()))
@@ -437,8 +446,9 @@ def test_llama4_images_carry_float_pixels_and_is_embed(stack, media, tmp_path):
     assert placeholder.is_embed == (ids == 200092).tolist()  # the <|patch|> tokens
     item = msgspec.msgpack.decode(result.mm_kwargs["image"][0])
     dtype, shape, ext = item["pixel_values"]["data"]
-    assert dtype == "float32" and np.array_equal(np.frombuffer(ext.data, np.float32).reshape(shape),
-                                                 want.pixel_values)
+    assert want.pixel_values.dtype == np.float32 and (dtype, shape) == ("bfloat16", list(want.pixel_values.shape))
+    assert np.array_equal(np.frombuffer(ext.data, np.uint16).reshape(shape), bf16.to_bf16_bits(want.pixel_values))
+    assert [item[k]["data"][0] for k in ("patches_per_image", "aspect_ratios")] == ["int64", "int64"]
 
 
 INKLING = "thinkingmachines/Inkling"

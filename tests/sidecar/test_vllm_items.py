@@ -2,8 +2,11 @@
 
 The fixtures are vLLM 0.33.0's ``MsgpackEncoder(size_threshold=2**62)`` bytes of the items
 vLLM builds (``_create_qwen2vl_field_factory``, ``MultiModalKwargsItems.from_hf_inputs``)
-from tensors this service produced: scripts/gen_vllm_fixtures.py, run in a venv with
-vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions and the hash seed).
+from tensors this service produced, cast first as vLLM's ``call_hf_processor`` casts the HF
+processor's output (``InputProcessingContext._postprocess_output``: floating tensors to the
+engine's dtype, MANIFEST.json "engine_dtype", torch.bfloat16): scripts/gen_vllm_fixtures.py,
+run in a venv with vllm 0.33.0 and torch 2.14.0 (fixtures/MANIFEST.json names the versions
+and the hash seed).
 The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMediaIO.load_bytes``
 loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
 loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
@@ -32,6 +35,7 @@ from sglang_mm_grpc.sidecar.jobs import IMAGE_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())
+DTYPE = MANIFEST["engine_dtype"]  # the engine's, as a fingerprint names it
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 
@@ -125,17 +129,73 @@ def test_a_hash_depends_on_every_part():
                 vllm_hashes.image_hash(png, QWEN, factors={"mm_processor_kwargs": {"max_pixels": 1}})}) == 5
 
 
-def test_llama4_items_encode_to_vllms_bytes():
-    """Llama 4's float32 tiles (1 and 7 of them): the sha256 of vLLM's bytes is kept (the
-    bytes themselves are 1.4 and 9.5 MB), in the key order vLLM's run had."""
+def _llama4_out():
     with np.load(FIXTURES / "inputs.npz") as npz:
         jpegs = [npz[f"llama4/jpeg{i}"].tobytes() for i in range(2)]
-    out = Preprocessor.from_model(LLAMA4, cache_bytes=0).preprocess(jpegs)
-    items = vllm_items.split_items({"pixel_values": out.pixel_values, **out.tensors}, IMAGE_FIELDS["llama4"](out))
+    return Preprocessor.from_model(LLAMA4, cache_bytes=0).preprocess(jpegs)
+
+
+def test_llama4_items_encode_to_vllms_bytes():
+    """Llama 4's tiles (1 and 7 of them), the service's float32 pixels cast to the engine's
+    bfloat16 as vLLM's ``InputProcessingContext._postprocess_output`` casts the HF
+    processor's output: the sha256 of vLLM's bytes is kept (the bytes themselves are 0.68 and
+    4.7 MB, half of float32's), in the key order vLLM's run had."""
+    out = _llama4_out()
+    assert out.pixel_values.dtype == np.float32
+    items = vllm_items.split_items(vllm_image.image_batch(out, "llama4", DTYPE), IMAGE_FIELDS["llama4"](out))
     assert [i["patches_per_image"][0].tolist() for i in items] == [1, 7]
     for entry, item in zip(MANIFEST["llama4"], items, strict=True):
+        assert entry["dtypes"] == {"pixel_values": "bfloat16", "patches_per_image": "int64", "aspect_ratios": "int64"}
         raw = vllm_items.encode_item({key: item[key] for key in entry["keys"]})
         assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["bytes"], entry["sha256"])
+
+
+@pytest.mark.parametrize("entry", MANIFEST["llama4_dtypes"], ids=lambda e: e["dtype"])
+def test_llama4_pixels_take_each_engine_dtype_as_vllms_do(entry):
+    """vLLM's ``InputProcessingContext._postprocess_output`` for a bfloat16, float16 and
+    float32 engine (its bytes of Llama 4's first item): the pixels in that dtype, the
+    integer tensors as they were."""
+    out = _llama4_out()
+    item = vllm_items.split_items(vllm_image.image_batch(out, "llama4", entry["dtype"]), IMAGE_FIELDS["llama4"](out))[0]
+    raw = vllm_items.encode_item({key: item[key] for key in entry["keys"]})
+    assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["bytes"], entry["sha256"])
+    assert msgspec.msgpack.decode(raw)["pixel_values"]["data"][0] == entry["dtype"].removeprefix("torch.")
+
+
+def test_only_floating_tensors_are_cast_and_an_unknown_dtype_is_refused():
+    """As ``_postprocess_output``: floating tensors to the engine's dtype (float16 rounds as
+    torch's, to inf past its range), integer and uint8 tensors and lists of floats kept; a
+    dtype vLLM does not run in is an error (at start: ``jobs.Engine``)."""
+    batch = {"pixel_values": np.array([[1.0, 65520.0, 1 / 3, 6e-8]], np.float32), "grid": np.array([[1, 2, 3]]),
+             "raw": np.zeros((1, 2), np.uint8), "timestamps": [[0.25, 1.35]]}
+    half = vllm_items.cast_floats(batch, "torch.float16")
+    assert half["pixel_values"].dtype == np.float16 and half["pixel_values"].view(np.uint16).tolist() == [
+        [0x3C00, 0x7C00, 0x3555, 0x0001]]
+    bf16 = vllm_items.cast_floats(batch, "torch.bfloat16")["pixel_values"]
+    assert isinstance(bf16, vllm_items.BFloat16) and bf16.bits.tolist() == [[0x3F80, 0x4780, 0x3EAB, 0x3381]]
+    assert vllm_items.cast_floats(batch, "torch.float32")["pixel_values"] is batch["pixel_values"]
+    for key in ("grid", "raw", "timestamps"):
+        assert half[key] is batch[key]
+    with pytest.raises(ValueError, match="'torch.float8_e4m3fn' is not one vLLM 0.33.0 runs a model in"):
+        vllm_items.cast_floats(batch, "torch.float8_e4m3fn")
+    with pytest.raises(TypeError, match="float64"):
+        vllm_items.cast_floats({"x": np.zeros(1)}, "torch.bfloat16")
+    from smg_grpc_servicer.mm_sidecar_protocol import Fingerprint
+
+    fingerprint = Fingerprint(model=QWEN, vllm_version="0.33.0", dtype="bfloat16", video_backend="opencv",
+                              media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt="{}")
+    with pytest.raises(ValueError, match="dtype 'bfloat16' is not one"):
+        jobs.Engine(fingerprint, raw=True, schemes="data")
+
+
+def test_a_batched_bfloat16_field_splits_into_0d_items():
+    """Qwen2.5-VL's ``second_per_grid_ts`` (one per video, batched) once cast to bfloat16:
+    each item a 0-d bfloat16 tensor, as torch indexes a 1-D one."""
+    cast = vllm_items.cast_floats({"s": np.array([1.0, 0.5], np.float32)}, "torch.bfloat16")["s"]
+    items = vllm_items.Batched(keep_on_cpu=True).split(cast)
+    assert [i.bits.shape for i in items] == [(), ()] and [int(i.bits) for i in items] == [0x3F80, 0x3F00]
+    data = msgspec.msgpack.decode(vllm_items.encode_item({"s": (items[1], vllm_items.Batched())}))["s"]["data"]
+    assert data[:2] == ["bfloat16", []] and bytes(data[2].data) == b"\x00\x3f"
 
 
 VIDEOS = MANIFEST["videos"]
@@ -174,7 +234,10 @@ def test_videos_are_sampled_and_decoded_as_vllms_loader_does(entry):
 @pytest.mark.parametrize("entry", VIDEOS, ids=lambda e: f"{e['case']}-{e['model']}")
 def test_video_hashes_and_items_are_vllms(entry):
     """vLLM's key (on the bytes, or on the frames where they are smaller) and the sha256 of
-    vLLM's item bytes, in the key order vLLM's run had."""
+    vLLM's item bytes, in the key order vLLM's run had: Qwen2.5-VL's ``second_per_grid_ts``
+    in the engine's bfloat16 as vLLM's ``InputProcessingContext._postprocess_output`` casts
+    it, the raw uint8 pixels and the grid as they are, Qwen3-VL's timestamps a list of
+    floats (added after that call, not cast)."""
     from sglang_mm_grpc.media import video as media_video
 
     out = _video_out(entry)
@@ -185,8 +248,12 @@ def test_video_hashes_and_items_are_vllms(entry):
         assert vllm_video.frames_bytes(video) < len(data)
         frames = np.stack(list(media_video.frames(data, video.frame_indices, media_video.probe(data))))
     assert vllm_hashes.video_hash(data, entry["model"], vllm_video.metadata(video), frames=frames) == entry["hash"]
-    (item,) = vllm_items.split_items(vllm_video.video_batch(out), vllm_video.VIDEO_FIELDS["qwen_vl"](out))
+    batch = vllm_items.cast_floats(vllm_video.video_batch(out), DTYPE)
+    (item,) = vllm_items.split_items(batch, vllm_video.VIDEO_FIELDS["qwen_vl"](out))
     assert sorted(item) == sorted(entry["item"]["keys"])
+    assert entry["item"]["dtypes"]["pixel_values_videos"] == "uint8"
+    assert entry["item"]["dtypes"].get("second_per_grid_ts", "bfloat16") == "bfloat16"
+    assert entry["item"]["dtypes"].get("timestamps", "list") == "list"
     raw = vllm_items.encode_item({key: item[key] for key in entry["item"]["keys"]})
     assert (len(raw), hashlib.sha256(raw).hexdigest()) == (entry["item"]["bytes"], entry["item"]["sha256"])
 
