@@ -7,13 +7,15 @@ on results this sidecar made: the engine input vLLM then schedules.
 
 The first (the project's venv, with the sidecar extra) answers jobs for the images and clips
 of tests/sidecar/fixtures/inputs.npz (Qwen2-VL: one image, then two; Qwen2.5-VL: an image
-and a video; Qwen3-VL: two videos; Inkling: two images, three <|content_image|> markers)
-with the sidecar's JobRunner and writes each encoded JobResult, with the in-process tensors
-it must hold. The second (a venv with vllm==0.33.0 and smg-grpc-servicer) decodes each
-result as the worker does, rebuilds the engine input with ``_rebuild`` and checks its token
-ids, placeholder ranges and ``is_embed`` (on the embedding tokens only), hashes and every
-tensor (decoded by vLLM's MsgpackDecoder; Inkling's pixels as vLLM casts them, bfloat16)
-against them.
+and a video, raw and normalized; Qwen3-VL: two videos; Inkling: two images, three
+<|content_image|> markers; Llama 4: two images) with the sidecar's JobRunner for a bfloat16
+engine and writes each encoded JobResult, with the in-process tensors it must hold. The
+second (a venv with vllm==0.33.0 and smg-grpc-servicer) decodes each result as the worker
+does, rebuilds the engine input with ``_rebuild`` and checks its token ids, placeholder
+ranges and ``is_embed`` (on the embedding tokens only), hashes and every tensor (decoded by
+vLLM's MsgpackDecoder) against them: raw pixels uint8, every floating tensor bfloat16 (the
+service's float32 cast by torch) as the sidecar sent it, so ``_rebuild``'s cast to the
+engine's dtype (``_cast_floats``) changes nothing.
 """
 
 from __future__ import annotations
@@ -31,24 +33,34 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 START, PAD, VPAD, END = 151652, 151655, 151656, 151653
 INKLING_MARKER, INKLING_TOKEN = 200005, 200054
+LLAMA4_IMAGE, LLAMA4_PATCH = 200090, 200092
 #: case -> model, the images and clips of tests/sidecar/fixtures/inputs.npz it sends (images
-#: first in the prompt, then videos)
-CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], []),
-         "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], []),
-         "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"]),
-         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"]),
-         "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [])}
+#: first in the prompt, then videos), and --mm-device-do-normalize (None: vLLM's default)
+CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], [], None),
+         "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], [], None),
+         "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], None),
+         "qwen2_5_normalized": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], False),
+         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"], None),
+         "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [], None),
+         "llama4": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", ["llama4/jpeg0", "llama4/jpeg1"], [], None)}
 #: modality -> its pixels' key and the keys of its items' sizes (one is present)
-PIXELS = {"image": ("pixel_values", ("image_grid_thw", "num_patches")),
+PIXELS = {"image": ("pixel_values", ("image_grid_thw", "num_patches", "patches_per_image")),
           "video": ("pixel_values_videos", ("video_grid_thw",))}
 
 
 def _ids(model: str, images: int, videos: int) -> list[int]:
     """The worker's prompt: Qwen's vision markers around each placeholder; Inkling's
-    <|content_image|> marker alone per image (and one more, which stays text)."""
+    <|content_image|> marker alone per image (and one more, which stays text); Llama 4's
+    <|image|> per image."""
     if model.startswith("thinkingmachines/"):
         return [1] + [INKLING_MARKER, 7] * (images + 1) + [2]
+    if model.startswith("meta-llama/"):
+        return [1] + [LLAMA4_IMAGE, 7] * images + [2]
     return [1] + [START, PAD, END] * images + [START, VPAD, END] * videos + [2]
+
+
+def _mime(image: bytes) -> str:
+    return "png" if image.startswith(b"\x89PNG") else "jpeg"
 
 
 def _fingerprint(model: str):
@@ -73,12 +85,13 @@ def make_results(out: Path) -> None:
     async def run() -> None:
         fetcher = MediaFetcher()
         with ThreadPoolExecutor(1) as pool:
-            for case, (name, pngs, clips) in CASES.items():
+            for case, (name, pngs, clips, normalize) in CASES.items():
                 model = jobs.load_model(name, "torchvision")
-                runner = jobs.JobRunner(model, fetcher, jobs.engine_for(model, _fingerprint(name), "http,https,data"),
-                                        pool)
+                engine = jobs.engine_for(model, _fingerprint(name), "http,https,data", normalize)
+                runner = jobs.JobRunner(model, fetcher, engine, pool)
                 now = int(time.time() * 1000)
-                items = [JobItem("image", "data:image/png;base64," + base64.b64encode(data[k]).decode()) for k in pngs]
+                items = [JobItem("image", f"data:image/{_mime(data[k])};base64," + base64.b64encode(data[k]).decode())
+                         for k in pngs]
                 items += [JobItem("video", "data:video/mp4;base64," + base64.b64encode(data[k]).decode())
                           for k in clips]
                 ids = _ids(name, len(pngs), len(clips))
@@ -90,7 +103,8 @@ def make_results(out: Path) -> None:
                 family = model.family.name
                 want = model.preprocess([data[k] for k in pngs], vllm_image.service_prompt(family, ids, len(pngs)),
                                         videos=[data[k] for k in clips], raw=runner.engine.raw)
-                arrays = {"input_ids": want.input_ids, "embed": [INKLING_TOKEN] if family == "inkling" else [PAD, VPAD]}
+                embed = {"inkling": [INKLING_TOKEN], "llama4": [LLAMA4_PATCH]}.get(family, [PAD, VPAD])
+                arrays = {"input_ids": want.input_ids, "embed": embed}
                 if pngs:
                     arrays.update(pixel_values=want.pixel_values, **want.tensors,
                                   image_ranges=np.array([vllm_image.vllm_span(family, im.structural_range)
@@ -111,13 +125,19 @@ def rebuild(directory: Path) -> None:
     import vllm
     from smg_grpc_servicer.mm_sidecar_protocol import decode_result
     from smg_grpc_servicer.vllm.mm_processor import RedisMediaProcessor
+    from vllm.multimodal.inputs import MultiModalKwargsItem
+    from vllm.v1.serial_utils import MsgpackDecoder
 
     assert vllm.__version__ == "0.33.0", vllm.__version__
     worker = RedisMediaProcessor.__new__(RedisMediaProcessor)  # _rebuild reads only the engine's dtype
     worker._engine = type("Engine", (), {"model_config": type("ModelConfig", (), {"dtype": torch.bfloat16})()})()
+    decoder = MsgpackDecoder(MultiModalKwargsItem)
     for path in sorted(directory.glob("*.result")):
         want = np.load(path.with_suffix(".npz"))
-        prompt = worker._rebuild(decode_result(path.read_bytes()), None, 0.0)
+        result = decode_result(path.read_bytes())
+        sent = {modality: [{key: _dtype(elem.data) for key, elem in decoder.decode(blob).items()} for blob in blobs]
+                for modality, blobs in result.mm_kwargs.items()}  # each tensor's dtype as the sidecar sent it
+        prompt = worker._rebuild(result, None, 0.0)
         ids = want["input_ids"]
         assert prompt["prompt_token_ids"] == ids.tolist()
         said = []
@@ -135,7 +155,10 @@ def rebuild(directory: Path) -> None:
             items = prompt["mm_kwargs"][modality]
             grid = next(key for key in sizes if key in want.files)
             assert len(prompt["mm_hashes"][modality]) == len(items) == len(want[grid])
-            # raw uint8 is not cast; Inkling's pixels are bfloat16 as vLLM's processor casts them
+            # the sidecar sent each tensor in the dtype the engine gets: _rebuild's cast is a no-op
+            rebuilt = [{key: _dtype(elem.data) for key, elem in item.items()} for item in items]
+            assert rebuilt == sent[modality], (rebuilt, sent[modality])
+            # raw uint8 is not cast; float pixels are bfloat16 as vLLM's processor casts them
             dtype = torch.uint8 if want[pixels].dtype == np.uint8 else torch.bfloat16
             assert all(item[pixels].data.dtype == dtype for item in items)
             batched = prompt["mm_kwargs"].get_data()  # the keyword arguments the model is called with
@@ -143,13 +166,19 @@ def rebuild(directory: Path) -> None:
             assert np.array_equal(np.stack([item[grid].data.numpy() for item in items]), want[grid])
             for extra in ("second_per_grid_ts", "timestamps") if modality == "video" else ():
                 if extra in want.files:
-                    # the worker casts floating tensors to the engine's dtype (timestamps stay floats)
+                    # second_per_grid_ts sent in the engine's dtype; timestamps a list of floats
                     got = torch.cat([torch.as_tensor(item[extra].data).reshape(-1) for item in items])
+                    assert got.dtype == (torch.bfloat16 if extra == "second_per_grid_ts" else torch.float32), extra
                     assert torch.equal(got, torch.from_numpy(want[extra]).to(got.dtype)), extra
-                    said.append(f"{extra} ({got.dtype})")
+                    said.append(f"{extra} ({sent[modality][0][extra]} sent, {_dtype(items[0][extra].data)} rebuilt)")
             said.append(f"{len(items)} {modality} item(s), {pixels} {tuple(batched[pixels].shape)} "
-                        f"{batched[pixels].dtype}")
+                        f"{sent[modality][0][pixels]} sent, {_dtype(batched[pixels])} rebuilt")
         print(f"{path.name}: rebuilt by vLLM {vllm.__version__}: ids, ranges, is_embed, {', '.join(said)} equal")
+
+
+def _dtype(data) -> str:
+    """A rebuilt item's data type: a tensor's torch dtype without "torch.", or "list"."""
+    return str(data.dtype).removeprefix("torch.") if hasattr(data, "dtype") else type(data).__name__
 
 
 def main() -> None:
