@@ -14,21 +14,23 @@ from .call import add_call_parser
 from .sidecar import add_sidecar_parser
 from .remote import add_budget_argument, add_processor_argument, add_serve_parser, add_target_arguments, parse_ids
 from .remote import add_client_security_arguments, add_image_options_arguments, add_media_ids_argument
-from .remote import UnreadableFile, add_video_arguments, image_options_of, options_text, plain
-from .remote import UsageError, print_videos, read_files, say_error, video_options_of
+from .remote import UnreadableFile, add_audio_arguments, add_video_arguments, audio_arguments, image_options_of
+from .remote import UsageError, options_text, plain, print_audios, print_videos, read_files, say_error
+from .remote import video_options_of
 
 
 def _load_local(args):
-    """(the model, the image files' bytes, the video files' bytes) for a local preprocess
-    or plan; None after saying why not."""
+    """(the model, the image files' bytes, the video files' bytes, the audio arguments) for
+    a local preprocess or plan; None after saying why not."""
     from .. import Preprocessor, PreprocessError
 
     try:
         blobs, videos = read_files(args.images, "image"), read_files(args.videos, "video")
+        audio = audio_arguments(args)
         # As a suffix, the processor is required of the model (an error if its family lacks it).
         budget = {"max_image_tokens": args.max_image_tokens} if args.max_image_tokens else {}
         pp = Preprocessor.from_model(f"{args.model}@{args.processor}" if args.processor else args.model, **budget)
-        return pp, blobs, videos
+        return pp, blobs, videos, audio
     except PreprocessError as e:
         say_error(e, args)
     except UnreadableFile as e:
@@ -42,12 +44,12 @@ def _preprocess_local(args) -> int:
     loaded = _load_local(args)
     if loaded is None:
         return 1
-    pp, blobs, videos = loaded
+    pp, blobs, videos, audio = loaded
     pp.warmup()
     t0 = time.perf_counter()
     try:
         out = pp.preprocess(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
-                            raw=args.pixel_dtype == "uint8", **_video_arguments(videos, args))
+                            raw=args.pixel_dtype == "uint8", **_video_arguments(videos, args), **audio)
     except PreprocessError as e:
         say_error(e, args)
         return 1
@@ -60,6 +62,7 @@ def _preprocess_local(args) -> int:
             f"{im.token_count} tokens, blake3 {im.hash[:16]}, {work} ({options_text(im.options)})"
         )
     print_videos(args.videos, out.videos)
+    print_audios(args.audios, out.audios)
     videos_text = "" if not videos else (
         f"; pixel_values_videos {out.pixel_values_videos.dtype} {list(out.pixel_values_videos.shape)}")
     print(
@@ -72,6 +75,7 @@ def _preprocess_local(args) -> int:
         arrays = {"pixel_values": out.pixel_values, "input_ids": out.input_ids, **out.tensors}
         if videos:
             arrays.update({"pixel_values_videos": out.pixel_values_videos, **out.video_tensors})
+        arrays.update(out.audio_tensors)
         if out.positions is not None:
             arrays["mrope_positions"] = out.positions
             arrays["mrope_position_delta"] = np.array([out.rope_delta], dtype=np.int64)
@@ -86,10 +90,10 @@ def _plan_local(args) -> int:
     loaded = _load_local(args)
     if loaded is None:
         return 1
-    pp, blobs, videos = loaded
+    pp, blobs, videos, audio = loaded
     try:
         out = pp.plan(blobs, input_ids=parse_ids(args.input_ids), options=image_options_of(args),
-                      **_video_arguments(videos, args))
+                      **_video_arguments(videos, args), **audio)
     except PreprocessError as e:
         say_error(e, args)
         return 1
@@ -99,6 +103,7 @@ def _plan_local(args) -> int:
               f"{im.token_count} tokens at {im.structural_range[0]}, blake3 {im.hash[:16]} "
               f"({options_text(im.options)})")
     print_videos(args.videos, out.videos)
+    print_audios(args.audios, out.audios)
     print(f"{out.input_ids_length} input ids; {sum(out.token_counts)} image tokens; "
           f"{out.timings_ms['total_ms']:.2f} ms (headers only, nothing decoded)")
     return 0
@@ -143,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_media_ids_argument(p)
     add_client_security_arguments(p)
     add_video_arguments(p)
+    add_audio_arguments(p)
     p.add_argument("images", nargs="*", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     p.set_defaults(func=_preprocess)
 
@@ -157,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_media_ids_argument(q)
     add_client_security_arguments(q)
     add_video_arguments(q)
+    add_audio_arguments(q)
     q.add_argument("images", nargs="*", metavar="IMAGE", help="image files (with --target also http(s)://, data:, file:// URLs)")
     q.set_defaults(func=_plan)
 
@@ -170,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _preprocess(args) -> int:
-    if not args.images and not args.videos:
-        raise UsageError("give at least one IMAGE or --video")
+    if not args.images and not args.videos and not args.audios:
+        raise UsageError("give at least one IMAGE, --video or --audio")
     if args.target:
         if args.processor:
             raise UsageError("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")
@@ -189,8 +196,8 @@ def _preprocess(args) -> int:
 
 
 def _plan(args) -> int:
-    if not args.images and not args.videos:
-        raise UsageError("give at least one IMAGE or --video")
+    if not args.images and not args.videos and not args.audios:
+        raise UsageError("give at least one IMAGE, --video or --audio")
     if args.target:
         if args.processor:
             raise UsageError("--processor is chosen when the server starts (serve --processor, or --model M@PROCESSOR)")

@@ -124,6 +124,22 @@ VIDEO_OPTIONS = (
     ("--video-decode-timeout", float, "S", "video_decode_timeout_s",
      "seconds of decoding per video, within the request deadline (default {default})"),
 )
+# ServerConfig fields of the audio limits (docs/AUDIO.md), each named in its error.
+AUDIO_OPTIONS = (
+    ("--max-audios", positive_int, "N", "max_audios", "audio clips per request (default {default})"),
+    ("--max-audio-tokens", positive_int, "N", "max_audio_tokens",
+     "most tokens one clip may expand into, per model (default {default})"),
+    ("--audio-max-bytes", byte_size, "SIZE", "audio_max_bytes",
+     "largest audio file, whatever its source; a streamed body is cut off at it (default {default})"),
+    ("--audio-max-duration", float, "S", "audio_max_duration_s",
+     "longest clip, seconds, from its header and while decoding (default {default})"),
+    ("--audio-max-sample-rate", positive_int, "HZ", "audio_max_sample_rate", "highest sample rate (default {default})"),
+    ("--audio-max-channels", positive_int, "N", "audio_max_channels", "most channels (default {default})"),
+    ("--audio-max-decoded-samples", positive_int, "N", "audio_max_decoded_samples",
+     "samples x channels decoded per clip (default {default})"),
+    ("--audio-decode-timeout", float, "S", "audio_decode_timeout_s",
+     "seconds of decoding per clip, within the request deadline (default {default})"),
+)
 
 
 def transport_name(text: str) -> str:
@@ -259,6 +275,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     f = add_media_policy_arguments(p)
     _add_options(f, REQUEST_OPTIONS)
     _add_options(p.add_argument_group("videos (docs/VIDEO.md; each limit is named in its error)"), VIDEO_OPTIONS)
+    _add_options(p.add_argument_group("audio (docs/AUDIO.md; each limit is named in its error)"), AUDIO_OPTIONS)
     _add_options(p.add_argument_group("payload tensors: dtype and shared memory (docs/WIRE_CURRENT.md)"), SHM_OPTIONS)
     d = p.add_argument_group("processes, replicas, drain, TLS and authentication (docs/SERVICE.md)")
     _add_options(d, DEPLOY_OPTIONS)
@@ -349,7 +366,7 @@ def serve_defaults() -> dict[str, str]:
     values: dict[str, Any] = {f.name: f.default for cls in (ServerConfig, FetchPolicy) for f in dataclasses.fields(cls)}
     values["fetch_timeout_s"] = DEFAULT_FETCH_TIMEOUT_S  # a default_factory ($REQUEST_TIMEOUT or this)
     shown = {}
-    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS):
+    for _, kind, _, name, _ in (*SERVER_OPTIONS, *FETCH_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *AUDIO_OPTIONS):
         value = values[name]
         shown[name] = size_text(value) if kind is byte_size else f"{value:g}" if kind is float else str(value)
     side = math.isqrt(values["max_image_pixels"])
@@ -432,6 +449,36 @@ def add_video_arguments(p) -> None:
     g.add_argument("--video-max-pixels", type=positive_int, metavar="N", help="each frame's max_pixels")
     g.add_argument("--video-max-tokens", type=positive_int, metavar="N",
                    help="the most tokens one video may expand into")
+
+
+def add_audio_arguments(p) -> None:
+    """``--audio SOURCE`` (repeatable) and the audio options, for preprocess and plan."""
+    g = p.add_argument_group("audio (docs/AUDIO.md): one audio placeholder per clip in --input-ids")
+    g.add_argument("--audio", dest="audios", action="append", default=[], metavar="SOURCE",
+                   help="an audio file (with --target also an http(s)://, data:, file:// URL); repeat for more")
+    g.add_argument("--audio-max-seconds", type=float, metavar="S", help="keep only each clip's first S seconds")
+
+
+def audio_arguments(args, urls: bool = False) -> dict:
+    """``preprocess``/``plan`` keyword arguments for ``--audio`` (none without clips):
+    plain paths read here (bytes), URLs passed on when ``urls``."""
+    from ..core.carriers import AudioOptions
+
+    names = getattr(args, "audios", None) or ()
+    if not names:
+        return {}
+    max_seconds = getattr(args, "audio_max_seconds", None)
+    return {"audios": read_files(names, "audio", urls=urls),
+            "audio_options": AudioOptions(max_seconds) if max_seconds is not None else None}
+
+
+def print_audios(names, audios) -> None:
+    """One line per clip of a response (AudioInfo) or an output (AudioResult)."""
+    for i, (src, a) in enumerate(zip(names, audios)):
+        offset = a.structural_range[0] if isinstance(a.structural_range, tuple) else a.structural_range.offset
+        print(f"[audio {i}] {src if len(src) < 80 else src[:77] + '...'}: {a.sample_rate} Hz, {a.channels} channel(s), "
+              f"{a.duration_s:.2f} s -> {a.samples} samples, {a.frames} frames, {a.token_count} tokens at {offset}, "
+              f"blake3 {a.hash[:16]}")
 
 
 def video_options_of(args):
@@ -542,7 +589,8 @@ def run_serve(args) -> int:
                           amx=not args.no_amx, **_given(
         processor=args.processor, client_media_ids=False if getattr(args, "no_client_media_ids", False) else None,
         shared_media_store=True if getattr(args, "shared_media_store", False) else None,
-        **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *SHM_OPTIONS, *DEPLOY_OPTIONS)),
+        **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *AUDIO_OPTIONS, *SHM_OPTIONS,
+                         *DEPLOY_OPTIONS)),
     ))
     problem = _deploy_problem(config)
     if problem:
@@ -644,7 +692,7 @@ def run_remote_preprocess(args) -> int:
                                      max_image_tokens=getattr(args, "max_image_tokens", None),
                                      options=payload_options(dtype) if dtype else None,
                                      image_options=image_options_of(args), videos=videos,
-                                     video_options=video_options_of(args))
+                                     video_options=video_options_of(args), **audio_arguments(args, urls=True))
             if resp.handle and not backend:
                 client.release(resp.handle)  # nothing will assemble it
         except PreprocessError as e:  # the client's RemoteError
@@ -653,6 +701,7 @@ def run_remote_preprocess(args) -> int:
 
     _print_images(args.images, resp.images)
     print_videos(getattr(args, "videos", None) or (), resp.videos)
+    print_audios(getattr(args, "audios", None) or (), resp.audios)
     t = resp.timings
     print(
         f"{len(resp.input_ids)} input ids; fetch {t.fetch_ms:.1f} ms, decode {t.decode_ms:.1f} ms, "
@@ -717,12 +766,13 @@ def run_remote_plan(args) -> int:
             resp = client.plan(args.model, sources, input_ids=parse_ids(getattr(args, "input_ids", None)),
                                max_image_tokens=getattr(args, "max_image_tokens", None),
                                image_options=image_options_of(args), videos=videos,
-                               video_options=video_options_of(args))
+                               video_options=video_options_of(args), **audio_arguments(args, urls=True))
         except PreprocessError as e:  # the client's RemoteError
             say_error(e, args)
             return 1
     _print_images(args.images, resp.images)
     print_videos(getattr(args, "videos", None) or (), resp.videos)
+    print_audios(getattr(args, "audios", None) or (), resp.audios)
     print(f"{resp.input_ids_length} input ids; {sum(im.token_count for im in resp.images)} image tokens; "
           f"total {resp.timings.total_ms:.2f} ms (server side; nothing decoded)")
     return 0

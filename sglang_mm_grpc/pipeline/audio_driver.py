@@ -28,6 +28,7 @@ from ..core.hashing import content_hash
 from ..core.layout import AppliedLayout, find_placeholders
 from ..families import Family
 from ..families.audio import AC, AudioFamily, AudioPlan
+from ..media import audio as media_audio
 
 #: Audio clips in one request, unless configured otherwise.
 DEFAULT_MAX_AUDIOS = 8
@@ -59,13 +60,6 @@ class AdmittedAudio(Generic[AC]):
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _media():
-    """media.audio (imported when a clip comes: PyAV loads with it)."""
-    from ..media import audio
-
-    return audio
-
-
 def audio_family(family: Family, why: str = "") -> AudioFamily:
     """The family's audio side: FAILED_PRECONDITION when it takes no audio."""
     if not isinstance(family, AudioFamily) or "audio" not in family.modalities:
@@ -78,8 +72,8 @@ def check_family(family: Family, audios: int) -> None:
     if not audios:
         return
     audio_family(family, f" ({audios} audio clip(s) in the request)")
-    if not _media().audio_available():
-        raise PreprocessError(Code.FAILED_PRECONDITION, _media().INSTALL_HINT)
+    if not media_audio.audio_available():
+        raise PreprocessError(Code.FAILED_PRECONDITION, media_audio.INSTALL_HINT)
 
 
 def audio_placeholders(family: Family, ids: np.ndarray, audios: int) -> np.ndarray:
@@ -87,6 +81,13 @@ def audio_placeholders(family: Family, ids: np.ndarray, audios: int) -> np.ndarr
     if not audios:
         return np.zeros(0, np.int64)
     return find_placeholders(ids, audio_family(family).audio_token_id, audios, "audio clip")
+
+
+def warmup(family: Family) -> None:
+    """Compile the resampler for a family that takes audio (its features warm with it)."""
+    if isinstance(family, AudioFamily) and "audio" in family.modalities:
+        rate = family.sampling_rate(family.audio_config())
+        media_audio.resample(np.zeros(4410, np.float32), 44100, rate)
 
 
 def configure(family: Family, count: int, max_tokens: int, options: AudioOptions | None,
@@ -109,18 +110,16 @@ def configure(family: Family, count: int, max_tokens: int, options: AudioOptions
     return targets
 
 
-def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits,
+def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,
           known: str | None = None, deadline: float | None = None) -> AdmittedAudio[Any]:
-    """Hash, header (limits: media.audio.AudioLimits, None for its defaults), decode,
-    resample and plan; the budget checked."""
+    """Hash, header (limits), decode, resample and plan; the budget checked."""
     audio = audio_family(family)
-    limits = limits if limits is not None else _media().AudioLimits()
     t0 = time.perf_counter()
     digest = known or content_hash(data)
-    meta = _media().probe(data, limits, i)
-    wave = _media().decode(data, meta, limits, i, deadline)
+    meta = media_audio.probe(data, limits, i)
+    wave = media_audio.decode(data, meta, limits, i, deadline)
     t1 = time.perf_counter()
-    wave = _media().resample(wave, meta.sample_rate, audio.sampling_rate(target.config))
+    wave = media_audio.resample(wave, meta.sample_rate, audio.sampling_rate(target.config))
     t2 = time.perf_counter()
     plan = audio.plan_audio(target.config, len(wave), i)
     _check_budget(plan, i, target)
@@ -128,15 +127,14 @@ def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits,
                          {"decode": (t1 - t0) * 1e3, "resample": (t2 - t1) * 1e3})
 
 
-def plan_only(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits,
+def plan_only(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,
               known: str | None = None) -> AdmittedAudio[Any]:
     """A clip's plan from its container header alone (a Plan): its sample count there,
     resampled; exact where the header's count is (``AudioMeta.exact``)."""
     audio = audio_family(family)
-    limits = limits if limits is not None else _media().AudioLimits()
-    meta = _media().probe(data, limits, i)
+    meta = media_audio.probe(data, limits, i)
     rate = audio.sampling_rate(target.config)
-    samples = _media().resampled_length(meta.samples, meta.sample_rate, rate)
+    samples = media_audio.resampled_length(meta.samples, meta.sample_rate, rate)
     plan = audio.plan_audio(target.config, samples, i)
     _check_budget(plan, i, target)
     return AdmittedAudio(known or content_hash(data), data, meta, np.zeros(0, np.float32), plan, target)

@@ -38,6 +38,7 @@ from ..kernels.wirecast import WIDTHS
 from ..core.layout import AppliedLayout, apply_groups, find_placeholders
 from ..media.decode import DEFAULT_FORMATS, DEFAULT_MAX_PIXELS, ImageHeader, decode_pixels, open_image
 from ..media.samples import random_png
+from ..media.audio import AudioLimits
 from ..media.video import VideoLimits
 from .metrics import WorkCounters
 
@@ -134,7 +135,7 @@ class Preprocessor:
         max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
         max_audios: int = audio_driver.DEFAULT_MAX_AUDIOS,
         max_audio_tokens: int = audio_driver.DEFAULT_MAX_AUDIO_TOKENS,
-        audio_limits=None,
+        audio_limits: AudioLimits = AudioLimits(),
     ):
         """``executor``: where a request's other images run (``fanout``); None runs them in
         turn on the calling thread. ``cache``: share one cache between models (keys include
@@ -160,7 +161,7 @@ class Preprocessor:
         self.video_limits = video_limits
         self.max_audios = max_audios
         self.max_audio_tokens = int(max_audio_tokens)
-        self.audio_limits = audio_limits  # media.audio.AudioLimits; None: its defaults
+        self.audio_limits = audio_limits
         self.executor = executor
         #: Everything that decides the output for given bytes; part of every cache key.
         self.spec_key = family.fingerprint()
@@ -216,6 +217,7 @@ class Preprocessor:
         raw = (False, True) if self.family.device_normalization() is not None else (False,)
         for r in raw:
             (self.family.raw() if r else self.family).warmup()
+        audio_driver.warmup(self.family)
         sizes = [(37, 53), (300, 40), (40, 300)]
         sizes.append(self.family.plan(64, 64, 0).resized_size)  # already at target size
         images = [random_png(h, w, seed) for seed, (h, w) in enumerate(sizes)]

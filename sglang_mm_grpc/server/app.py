@@ -42,7 +42,9 @@ from .. import config as model_config
 from ..config import preset_names
 from ..pipeline.cache import PreprocessCache
 from ..pipeline.driver import DEFAULT_CACHE_BYTES, DEFAULT_MAX_IMAGE_TOKENS, DEFAULT_MAX_IMAGES, DEFAULT_MAX_INPUT_IDS, Preprocessor
+from ..media.audio import AudioLimits
 from ..media.video import VideoLimits
+from ..pipeline.audio_driver import DEFAULT_MAX_AUDIO_TOKENS, DEFAULT_MAX_AUDIOS
 from ..pipeline.video_driver import DEFAULT_MAX_VIDEO_TOKENS, DEFAULT_MAX_VIDEOS
 from ..media import FetchPolicy, MediaFetcher, enable_in_place_decode
 from ..media.decode import DEFAULT_MAX_PIXELS
@@ -116,6 +118,17 @@ class ServerConfig:
     video_max_sampled_frames: int = VideoLimits.max_sampled_frames
     video_max_frame_pixels: int = VideoLimits.max_frame_pixels
     video_decode_timeout_s: float = VideoLimits.decode_timeout_s
+    # Audio clips in one request, and tokens one clip may expand into, for the models that
+    # take audio (docs/AUDIO.md); what one clip may cost (media.audio.AudioLimits): bytes,
+    # duration, sample rate and channels (from the header), samples decoded, seconds of decoding.
+    max_audios: int = DEFAULT_MAX_AUDIOS
+    max_audio_tokens: int = DEFAULT_MAX_AUDIO_TOKENS
+    audio_max_bytes: int = AudioLimits.max_bytes
+    audio_max_duration_s: float = AudioLimits.max_duration_s
+    audio_max_sample_rate: int = AudioLimits.max_sample_rate
+    audio_max_channels: int = AudioLimits.max_channels
+    audio_max_decoded_samples: int = AudioLimits.max_decoded_samples
+    audio_decode_timeout_s: float = AudioLimits.decode_timeout_s
     # Preprocessed images kept for repeats, shared by all models (0 disables).
     cache_bytes: int = DEFAULT_CACHE_BYTES
     # Encoded images kept by blake3 for media ids (MediaItem.media_id; 0: none kept, every
@@ -462,6 +475,9 @@ class Server:
             max_videos=self.config.max_videos,
             max_video_tokens=self.config.max_video_tokens,
             video_limits=video_limits(self.config),
+            max_audios=self.config.max_audios,
+            max_audio_tokens=self.config.max_audio_tokens,
+            audio_limits=audio_limits(self.config),
             cache_bytes=0,
             cache=self.cache,
         )
@@ -610,6 +626,15 @@ def _add_servicer(servicer: PreprocessorServicer, server, max_input_ids: int) ->
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def audio_limits(config: ServerConfig) -> AudioLimits:
+    """The ``AudioLimits`` of ``config``'s audio_* fields."""
+    return AudioLimits(
+        max_bytes=config.audio_max_bytes, max_duration_s=config.audio_max_duration_s,
+        max_sample_rate=config.audio_max_sample_rate, max_channels=config.audio_max_channels,
+        max_decoded_samples=config.audio_max_decoded_samples, decode_timeout_s=config.audio_decode_timeout_s,
+    )
 
 
 def video_limits(config: ServerConfig) -> VideoLimits:

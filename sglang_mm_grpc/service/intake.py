@@ -143,18 +143,9 @@ def _items(pp: Preprocessor, images: int, videos: int, audios: int) -> list[tupl
     vcap = ("video_max_bytes", pp.video_limits.max_bytes)
     items = [("image", i, None) for i in range(images)] + [("video", i, vcap) for i in range(videos)]
     if audios:
-        acap = ("audio_max_bytes", _audio_limits(pp).max_bytes)
+        acap = ("audio_max_bytes", pp.audio_limits.max_bytes)
         items += [("audio", i, acap) for i in range(audios)]
     return items
-
-
-def _audio_limits(pp: Preprocessor):
-    """The model's audio limits (media.audio's defaults where it sets none)."""
-    if pp.audio_limits is not None:
-        return pp.audio_limits
-    from ..media.audio import AudioLimits
-
-    return AudioLimits()
 
 
 def size_check(request: pb.PreprocessRequest, pp: Preprocessor, resolved: Resolved, max_send: int | None,

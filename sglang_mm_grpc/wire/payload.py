@@ -177,7 +177,11 @@ def sources(job: Job, no_video_layout: str) -> Iterator[Source]:
             raise PreprocessError(Code.INTERNAL, "this model declares no layout for its audio tensors")
         key = layout.encoder_input_key
         tensors = {k: v for k, v in out.audio_tensors.items() if k != key}
-        yield Source(common_pb2.AUDIO, audios_of(out), out.audio_tensors[key], key, tensors, layout,
+        # the encoder input in the pixel dtypes (integer features, e.g. dMel bins, exactly as floats,
+        # as the gateway sends Inkling's)
+        features = np.asarray(out.audio_tensors[key])
+        features = features.astype(np.float32) if features.dtype.kind in "iub" else features
+        yield Source(common_pb2.AUDIO, audios_of(out), features, key, tensors, layout,
                      cast(int, out.audio_token_id), audio_item_hash)
 
 

@@ -19,6 +19,13 @@ bias, no rotary positions), so no positions are returned.
 Two processors: "torchvision" (default, the HF class as it runs on a CPU: torch's
 uint8 antialiased resize, ``resample_tv``) and "pil" (Pillow's resize of the uint8
 image, as SGLang's own Inkling processor and the gateway resize, then the same patches).
+
+Audio (``InklingFeatureExtractor`` + the processor's dMel bins, ``families.inkling.audio``):
+each clip, mono at 16 kHz, becomes int32 bins [frames, 80], one placeholder
+``<|unused_200053|>`` per frame (20 a second); the ``<|content_audio_input|>`` marker
+before it is an ordinary token. The clips' bins are joined along the frames
+(``input_audio_features``, flat by ``num_audio_tokens``), as vLLM's Inkling processor
+and the gateway send them; HF's processor returns them padded per clip.
 """
 
 from __future__ import annotations
@@ -34,7 +41,11 @@ from ...core.errors import invalid
 from ...kernels import normalize, patch_grid, resample_pil, resample_tv
 from ...core.layout import Expansion
 from .. import hf_keys
-from ..base import CLIP_MEAN, CLIP_STD, Aux, Family, FieldLayout, ImageOptions, ItemPlan, Normalization
+from ...core.carriers import AudioOptions
+from ...core.errors import Code, PreprocessError
+from ..audio import AudioFamily, AudioPlan
+from ..base import CLIP_MEAN, CLIP_STD, Aux, FieldLayout, ImageOptions, ItemPlan, Normalization
+from . import audio as inkling_audio
 
 MODEL_TYPES = ("inkling_mm_model",)
 #: What the processor pads each patch with, before rescale and normalize.
@@ -57,6 +68,9 @@ class InklingConfig(Normalization):
     image_token_id: int = 200054  # <|unused_200054|>
     image_bos_token_id: int = 200005  # <|content_image|>
     processor: str = "torchvision"  # which resize: one of PROCESSORS
+    audio_token_id: int = 200053  # <|unused_200053|>
+    audio_bos_token_id: int = 200020  # <|content_audio_input|>
+    audio: inkling_audio.InklingAudioConfig = inkling_audio.DEFAULT
 
 
 def _frac(value) -> float | None:
@@ -87,6 +101,9 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
             cap, "rescale_image_max_upscaled_long_edge"),
         image_token_id=hf_keys.token_id(config, "image_token_id", default=d.image_token_id),
         image_bos_token_id=hf_keys.token_id(config, "image_bos_token_id", default=d.image_bos_token_id),
+        audio_token_id=hf_keys.token_id(config, "audio_token_id", default=d.audio_token_id),
+        audio_bos_token_id=hf_keys.token_id(config, "audio_bos_token_id", default=d.audio_bos_token_id),
+        audio=inkling_audio.InklingAudioConfig.from_hf((processor or {}).get("feature_extractor") or {}, processor),
     )
 
 
@@ -121,9 +138,22 @@ def pad_values(config: Normalization, make=normalize.torchvision_backend_values)
                 config.do_rescale, config.do_normalize)[:, 0].copy()
 
 
-class Inkling(Family[InklingConfig, Grid]):
+@dataclass(frozen=True)
+class AudioTarget:
+    """The extractor a request's options configure: the model's, and the samples kept."""
+
+    config: inkling_audio.InklingAudioConfig
+    max_samples: int | None = None  # truncation=True, max_length (None: the whole clip)
+
+    @property
+    def sampling_rate(self) -> int:
+        return self.config.sampling_rate
+
+
+class Inkling(AudioFamily[InklingConfig, Grid, AudioTarget]):
     name = "inkling"
     processors = PROCESSORS
+    audio_features_key = "input_audio_features"
 
     def __init__(self, config: InklingConfig):
         if config.processor not in PROCESSORS:
@@ -138,6 +168,12 @@ class Inkling(Family[InklingConfig, Grid]):
             else "InklingImageProcessor (torchvision) + InklingProcessor")
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout(batched=("num_patches",), flat={"pixel_values": "num_patches"})
+        # vLLM's Inkling fields (vllm/models/inkling/common/mm_preprocess.py): input_audio_features
+        # flat_from_sizes by num_audio_tokens, num_audio_tokens batched (kept on the CPU)
+        self.audio_token_id = config.audio_token_id
+        self.audio_field_layout = FieldLayout(
+            batched=("num_audio_tokens",), flat={"input_audio_features": "num_audio_tokens"},
+            keep_on_cpu=("num_audio_tokens",), encoder_input_key="input_audio_features")
         self._lut = config.lut(normalize.torchvision_backend_lut)
         self._pad = pad_values(config)
 
@@ -184,7 +220,34 @@ class Inkling(Family[InklingConfig, Grid]):
         return {"num_patches": np.array([plan.feature_shape[0]], dtype=np.int64)}
 
     def token_ids(self) -> dict[str, int]:
-        return {"image": self.config.image_token_id, "image_bos": self.config.image_bos_token_id}
+        c = self.config
+        return {"image": c.image_token_id, "image_bos": c.image_bos_token_id, "audio": c.audio_token_id,
+                "audio_bos": c.audio_bos_token_id}
+
+    # -- audio -----------------------------------------------------------------------------
+
+    def audio_config(self, options: AudioOptions | None = None) -> AudioTarget:
+        cfg = self.config.audio
+        if options is None or options.max_seconds is None:
+            return AudioTarget(cfg)
+        return AudioTarget(cfg, max(1, int(options.max_seconds * cfg.sampling_rate)))
+
+    def sampling_rate(self, config: AudioTarget) -> int:
+        return config.sampling_rate
+
+    def plan_audio(self, config: AudioTarget, samples: int, item: int) -> AudioPlan:
+        kept = samples if config.max_samples is None else min(samples, config.max_samples)
+        if kept <= 0:
+            raise PreprocessError(Code.INVALID_ARGUMENT, "the clip has no samples", item=item, kind="audio")
+        frames = inkling_audio.frames_for(kept, config.config)
+        return AudioPlan(kept, frames, Expansion.repeat(self.audio_token_id, frames))
+
+    def process_audio(self, config: AudioTarget, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+        return {"input_audio_features": inkling_audio.dmel(wave[:plan.samples], config.config),
+                "num_audio_tokens": np.array([plan.frames], dtype=np.int64)}
+
+    def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return {key: np.concatenate([c[key] for c in clips]) for key in ("input_audio_features", "num_audio_tokens")}
 
     def warmup(self) -> None:
         patch_grid.warmup()
@@ -194,3 +257,4 @@ class Inkling(Family[InklingConfig, Grid]):
         p = self.config.patch_size
         # off and on the patch grid; one patch; resized (when rescaling) or not
         self.run_batches([(37, 53)], [(p, 2 * p)], [(1, 1), (3 * p + 1, p - 1)])
+        inkling_audio.dmel(np.zeros(3 * self.config.audio.hop + 1, np.float32), self.config.audio)
