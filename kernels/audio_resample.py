@@ -1,0 +1,172 @@
+"""Band-limited sinc resampling of float32 audio, as torchaudio's ``transforms.Resample``
+(vLLM's default resampler) computes it on the CPU.
+
+The kernel is torchaudio's ``_get_sinc_resample_kernel`` with its defaults (Hann-windowed
+sinc, ``lowpass_filter_width`` 6, ``rolloff`` 0.99) computed as ``transforms.Resample``
+computes it: in float64 (the phase offsets ``-j / new`` taken in float32 first, as torch
+divides an integer tensor), then rounded to float32; it equals torchaudio's bit for bit.
+
+The convolution is ``F.conv1d`` of the zero-padded wave (``width`` before, ``width + orig``
+after) with that kernel at stride ``orig``, one output channel per phase, then phases
+interleaved and cut at ``ceil(new * n / orig)`` (the quotient rounded to float32 first, as
+torch's ``as_tensor`` does). With mkldnn off (vLLM turns it off) torch lowers it to an
+sgemm over im2col columns: output frame ``f``, phase ``j`` is the dot product of kernel row
+``j`` with the ``K`` padded samples from ``f * orig``. MKL (2024.2, 1 thread, measured on
+an AVX-512 x86-64 host) sums those dot products in one of two ways, which this kernel
+repeats:
+
+* fused: when the conv has at least 4 phases and 12 output frames, in blocks of ``K``
+  (all of it up to 192 taps, two halves up to 384, else 192 at a time), each block a
+  float32 fused multiply-add chain from zero, the blocks' sums added in order;
+* plain: otherwise (fewer phases or frames), one chain of float32 products each rounded,
+  then added, from zero.
+
+That gives torchaudio's output exactly except in the first frames of a conv with 9 to 11
+frames, or a single frame, where MKL sums some other way (a float32 rounding or two).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from .simd_ir import fma32
+
+LOWPASS_FILTER_WIDTH = 6
+ROLLOFF = 0.99
+#: taps summed per block on the fused path
+BLOCK = 192
+
+
+def reduced(orig: int, new: int) -> tuple[int, int]:
+    """The rates divided by their gcd: (input samples, output samples) per period."""
+    g = math.gcd(int(orig), int(new))
+    return int(orig) // g, int(new) // g
+
+
+def kernel_shape(orig: int, new: int) -> tuple[int, int, int]:
+    """(phases, taps, width) of the kernel, computed without building it."""
+    o, n = reduced(orig, new)
+    base = min(o, n) * ROLLOFF
+    width = math.ceil(LOWPASS_FILTER_WIDTH * o / base)
+    return n, 2 * width + o, width
+
+
+def sinc_kernel(orig: int, new: int) -> tuple[np.ndarray, int]:
+    """(float32 [phases, taps], width): torchaudio's kernel for ``orig -> new``."""
+    o, n = reduced(orig, new)
+    lpw = LOWPASS_FILTER_WIDTH
+    base = min(o, n) * ROLLOFF
+    _, taps, width = kernel_shape(orig, new)
+    idx = np.arange(-width, width + o, dtype=np.float64) / o
+    out = np.empty((n, taps), np.float32)
+    step = max(1, (1 << 20) // taps)  # rows at a time: float64 temporaries of about 8 MiB
+    for j0 in range(0, n, step):
+        j = -np.arange(j0, min(n, j0 + step), dtype=np.float32)
+        t = (j / np.float32(n)).astype(np.float64)[:, None] + idx
+        t *= base
+        np.clip(t, -lpw, lpw, out=t)
+        window = np.cos(t * math.pi / lpw / 2) ** 2
+        t *= math.pi
+        scale = base / o
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows = np.where(t == 0, 1.0, np.sin(t) / t)
+        rows *= window * scale
+        out[j0:j0 + len(j)] = rows
+    return out, width
+
+
+def output_length(samples: int, orig: int, new: int) -> int:
+    """torchaudio's output length: ``ceil(new * samples / orig)`` (rates reduced by their
+    gcd) with the quotient in float32, as ``torch.as_tensor`` of a Python float makes it."""
+    if orig == new:
+        return int(samples)
+    o, n = reduced(orig, new)
+    return int(np.ceil(np.float32(n * int(samples) / o)))
+
+
+def fused_path(phases: int, frames: int) -> bool:
+    """Whether MKL's sgemm takes the fused, blocked path for this conv (see the module)."""
+    return phases >= 4 and frames >= 12
+
+
+def block_cuts(taps: int) -> np.ndarray:
+    """int64 block boundaries over the taps on the fused path."""
+    if taps <= BLOCK:
+        return np.array([0, taps], np.int64)
+    if taps <= 2 * BLOCK:
+        return np.array([0, taps // 2, taps], np.int64)
+    return np.array([*range(0, taps, BLOCK), taps], np.int64)
+
+
+def tile_frames(phases: int) -> int:
+    """Output frames per pass: the accumulators (two of phases x frames float32) stay
+    within about 256 KiB, in the core's own cache."""
+    return max(16, min(1024, (32768 // max(phases, 1)) // 16 * 16))
+
+
+def resample(wave: np.ndarray, orig: int, new: int, taps_by_phase: np.ndarray, width: int) -> np.ndarray:
+    """float32 [output_length]: ``wave`` (float32 [n]) resampled with ``taps_by_phase``
+    (float32 [taps, phases]: ``sinc_kernel(orig, new)``'s kernel transposed) and its ``width``."""
+    x = np.ascontiguousarray(wave, dtype=np.float32)
+    o, n = reduced(orig, new)
+    taps = taps_by_phase.shape[0]
+    length = min(output_length(len(x), orig, new), n * (len(x) // o + 1))
+    frames = -(-length // n)  # those the output needs
+    span = (taps - 1) // o + 1
+    padded = np.zeros((frames + span) * o, np.float32)
+    stop = max(0, min(len(x), len(padded) - width))
+    padded[width:width + stop] = x[:stop]
+    by_phase = np.ascontiguousarray(padded.reshape(frames + span, o).T)  # [r, m] = padded[m * o + r]
+    out = np.empty(length, np.float32)
+    fused = fused_path(n, len(x) // o + 1)
+    cuts = block_cuts(taps) if fused else np.array([0, taps], np.int64)
+    at = np.arange(taps, dtype=np.int64)
+    convolve(by_phase, taps_by_phase, at % o, at // o, cuts, fused, frames, tile_frames(n), out)
+    return out
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fused_chain(src, w, acc, count):
+    for t in range(count):
+        acc[t] = fma32(src[t], w, acc[t])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _plain_chain(src, w, acc, count):
+    for t in range(count):
+        acc[t] = acc[t] + src[t] * w
+
+
+@numba.njit(nogil=True, cache=True)
+def convolve(by_phase, taps_by_phase, rows, shifts, cuts, fused, frames, tile, out):
+    """out[f * phases + j] = kernel row j's dot product with the padded samples from
+    frame f (tap k's sample is ``by_phase[rows[k], f + shifts[k]]``), each a chain in tap
+    order as MKL sums it (``fused``, over the blocks ``cuts``; see the module), for the
+    frames ``out`` holds. Taps outer, phases inner: each tap's samples are read once per
+    tile of frames, every phase's chain keeps its order."""
+    taps, phases = taps_by_phase.shape
+    acc = np.zeros((phases, tile), np.float32)
+    total = np.zeros((phases, tile), np.float32)
+    for t0 in range(0, frames, tile):
+        count = min(tile, frames - t0)
+        for c in range(len(cuts) - 1):
+            acc[:, :] = 0.0
+            for k in range(cuts[c], cuts[c + 1]):
+                src = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
+                for j in range(phases):
+                    if fused:
+                        _fused_chain(src, taps_by_phase[k, j], acc[j], count)
+                    else:
+                        _plain_chain(src, taps_by_phase[k, j], acc[j], count)
+            if c == 0:
+                total[:, :] = acc
+            else:
+                total += acc
+        for j in range(phases):
+            for t in range(count):
+                i = (t0 + t) * phases + j
+                if i < out.shape[0]:
+                    out[i] = total[j, t]
