@@ -311,6 +311,14 @@ def video_item_hash(v) -> str:
     return blake3.blake3(f"video:{v.hash}:frames={frames}:size={v.resized_height}x{v.resized_width}".encode()).hexdigest()
 
 
+def audio_item_hash(a) -> str:
+    """A clip's item id, computed here on its own: its bytes' blake3 with the model's
+    options, else blake3 of "audio:<hash>:max_seconds=<s>"."""
+    if a.options is None or a.options.max_seconds is None:
+        return a.hash
+    return blake3.blake3(f"audio:{a.hash}:max_seconds={a.options.max_seconds}".encode()).hexdigest()
+
+
 def _split(arrays: dict, layout, sizes_from: dict, n: int) -> dict[str, list[np.ndarray]]:
     """Each tensor's per-item parts as vLLM splits them (batched / flat / shared)."""
     per_item = {}
@@ -388,6 +396,35 @@ def expected_tokenspeed_with_videos(out, field_layout, video_layout, raw_blake3,
                                for k, a in sorted(out.video_tensors.items())},
             "offsets": [[o, o + n - 1] for o, n in (v.patch_ranges or (v.structural_range,))],
             "placeholder_token_id": out.video_token_id,
+            "offset_tokens_not_placeholder": 0,
+        }))
+    report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
+    return report
+
+
+def expected_tokenspeed_with_audio(out, field_layout, audio_layout, raw_blake3, request_id, dtype="bfloat16",
+                                   via: str = "decoded") -> dict:
+    """The TokenSpeed stub's report: image items (as ``expected_tokenspeed``) and one item
+    per audio clip, in prompt order; a clip's encoder input is its features as floats
+    (integer bins exactly), in ``dtype``."""
+    report = expected_tokenspeed(out, field_layout, raw_blake3, request_id, dtype, via) if out.images else {
+        "backend": "tokenspeed", "request_id": request_id, "input_ids": ids_digest(out.input_ids), "items": []}
+    items = [(im.structural_range[0], it) for im, it in zip(out.images, report["items"])]
+    key = audio_layout.encoder_input_key
+    features = out.audio_tensors[key].astype(np.float32)
+    for i, a in enumerate(out.audios):
+        h = blake3.blake3(audio_item_hash(a).encode()).digest()
+        items.append((a.structural_range[0], {
+            "modality": "audio",
+            "content_hash": h.hex(),
+            "hash": int.from_bytes(h[:8], "little"),
+            "encoder_input": desc(item_rows_of(out.audio_tensors, audio_layout, key, features, i), dtype),
+            "encoder_input_via": via,
+            "model_specific": {k: desc(item_rows_of(out.audio_tensors, audio_layout, k, v, i),
+                                       side_dtype(v, "tokenspeed"))
+                               for k, v in sorted(out.audio_tensors.items()) if k != key},
+            "offsets": [[o, o + n - 1] for o, n in (a.patch_ranges or (a.structural_range,))],
+            "placeholder_token_id": out.audio_token_id,
             "offset_tokens_not_placeholder": 0,
         }))
     report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
