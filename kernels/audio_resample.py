@@ -129,15 +129,56 @@ def resample(wave: np.ndarray, orig: int, new: int, taps_by_phase: np.ndarray, w
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _fused_chain(src, w, acc, count):
+def _fused4(s0, s1, s2, s3, w, acc, count):
+    """Four taps of every frame's chain, in order (fused)."""
     for t in range(count):
-        acc[t] = fma32(src[t], w, acc[t])
+        acc[t] = fma32(s3[t], w[3], fma32(s2[t], w[2], fma32(s1[t], w[1], fma32(s0[t], w[0], acc[t]))))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _plain_chain(src, w, acc, count):
+def _plain4(s0, s1, s2, s3, w, acc, count):
+    """Four taps of every frame's chain, in order (each product rounded, then added)."""
     for t in range(count):
-        acc[t] = acc[t] + src[t] * w
+        acc[t] = (((acc[t] + s0[t] * w[0]) + s1[t] * w[1]) + s2[t] * w[2]) + s3[t] * w[3]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fused1(s0, w, acc, count):
+    for t in range(count):
+        acc[t] = fma32(s0[t], w, acc[t])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _plain1(s0, w, acc, count):
+    for t in range(count):
+        acc[t] = acc[t] + s0[t] * w
+
+
+@numba.njit(nogil=True, cache=True)
+def _chains(by_phase, taps_by_phase, rows, shifts, k0, k1, fused, t0, count, acc):
+    """Taps k0..k1 of every phase's chain over the frames t0..t0+count, into ``acc``;
+    four taps a pass (each tap's samples read once for all phases)."""
+    phases = taps_by_phase.shape[1]
+    k = k0
+    while k + 4 <= k1:
+        s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
+        s1 = by_phase[rows[k + 1], shifts[k + 1] + t0:shifts[k + 1] + t0 + count]
+        s2 = by_phase[rows[k + 2], shifts[k + 2] + t0:shifts[k + 2] + t0 + count]
+        s3 = by_phase[rows[k + 3], shifts[k + 3] + t0:shifts[k + 3] + t0 + count]
+        for j in range(phases):
+            if fused:
+                _fused4(s0, s1, s2, s3, taps_by_phase[k:k + 4, j], acc[j], count)
+            else:
+                _plain4(s0, s1, s2, s3, taps_by_phase[k:k + 4, j], acc[j], count)
+        k += 4
+    while k < k1:
+        s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
+        for j in range(phases):
+            if fused:
+                _fused1(s0, taps_by_phase[k, j], acc[j], count)
+            else:
+                _plain1(s0, taps_by_phase[k, j], acc[j], count)
+        k += 1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -147,20 +188,14 @@ def convolve(by_phase, taps_by_phase, rows, shifts, cuts, fused, frames, tile, o
     order as MKL sums it (``fused``, over the blocks ``cuts``; see the module), for the
     frames ``out`` holds. Taps outer, phases inner: each tap's samples are read once per
     tile of frames, every phase's chain keeps its order."""
-    taps, phases = taps_by_phase.shape
+    phases = taps_by_phase.shape[1]
     acc = np.zeros((phases, tile), np.float32)
     total = np.zeros((phases, tile), np.float32)
     for t0 in range(0, frames, tile):
         count = min(tile, frames - t0)
         for c in range(len(cuts) - 1):
             acc[:, :] = 0.0
-            for k in range(cuts[c], cuts[c + 1]):
-                src = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
-                for j in range(phases):
-                    if fused:
-                        _fused_chain(src, taps_by_phase[k, j], acc[j], count)
-                    else:
-                        _plain_chain(src, taps_by_phase[k, j], acc[j], count)
+            _chains(by_phase, taps_by_phase, rows, shifts, cuts[c], cuts[c + 1], fused, t0, count, acc)
             if c == 0:
                 total[:, :] = acc
             else:

@@ -1,8 +1,9 @@
 """Real audio files made with PyAV (its wheel's FFmpeg encoders), for tests, fixtures and benches.
 
     signal(seconds, rate, channels, seed) -> float32 [channels, n]    # the samples a clip encodes
-    clip(seconds=..., rate=..., channels=..., fmt="wav_s16"|"wav_s32"|"wav_f32"|"flac"|"mp3"|"opus"
-         |"vorbis"|"aac", seed=...) -> bytes
+    noise(n, seed) -> float32 [n]   # hashed white noise, the same bytes on every machine
+    clip(seconds=..., rate=..., channels=..., fmt="wav_s16"|"wav_s24"|"wav_s32"|"wav_f32"|"wav_u8"|"flac"
+         |"mp3"|"opus"|"vorbis"|"aac", seed=...) -> bytes
     hostile() -> {name: bytes}      # files each refused with their own status (see HOSTILE)
     wav_patch(data, **fields) -> bytes   # a WAV with fmt / data header fields replaced
 
@@ -20,8 +21,10 @@ import numpy as np
 #: fmt -> (container format, encoder, the sample format the encoder is given)
 FORMATS = {
     "wav_s16": ("wav", "pcm_s16le", "s16"),
+    "wav_s24": ("wav", "pcm_s24le", "s32"),  # 24-bit: the encoder keeps the top 24 bits
     "wav_s32": ("wav", "pcm_s32le", "s32"),
     "wav_f32": ("wav", "pcm_f32le", "flt"),
+    "wav_u8": ("wav", "pcm_u8", "u8"),
     "flac": ("flac", "flac", "s16"),
     "mp3": ("mp3", "libmp3lame", "fltp"),
     "opus": ("ogg", "libopus", "flt"),
@@ -46,9 +49,20 @@ def signal(seconds: float, rate: int, channels: int = 1, seed: int = 0) -> np.nd
     return np.clip(np.asarray(rows), -0.95, 0.95).astype(np.float32)
 
 
+def noise(n: int, seed: int = 0) -> np.ndarray:
+    """float32 [n] in [-0.3, 0.3): a multiplicative hash of the index, in integer
+    arithmetic (the same bytes on any machine, unlike a generator's stream)."""
+    i = np.arange(n, dtype=np.uint64)
+    h = (i * np.uint64(2654435761) + np.uint64(seed * 40503 + 12345)) % np.uint64(1 << 32)
+    h = (h ^ (h >> np.uint64(15))) * np.uint64(2246822519) % np.uint64(1 << 32)
+    return ((h.astype(np.float64) / 2.0 ** 32 - 0.5) * 0.6).astype(np.float32)
+
+
 def _samples(x: np.ndarray, sample_format: str) -> np.ndarray:
     """``x`` [c, n] as the encoder's frame array: packed formats interleaved [1, n * c]."""
-    if sample_format == "s16":
+    if sample_format == "u8":
+        packed = np.round(x.T * 127 + 128).astype(np.uint8)
+    elif sample_format == "s16":
         packed = np.round(x.T * 32767).astype(np.int16)
     elif sample_format == "s32":
         packed = np.round(x.T.astype(np.float64) * 2147483392).astype(np.int32)
