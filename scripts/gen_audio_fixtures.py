@@ -36,6 +36,7 @@ whose summation order is the CPU's), each clip's parameters, rates and backends.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import platform
@@ -153,6 +154,8 @@ def resample_fixtures(out: dict, meta: dict, waves: dict) -> None:
             wave, rate = waves[name]
             out[f"real/{name}_{new}"] = AudioResampler(new, method="torchaudio").resample(wave, orig_sr=rate)
     meta["noise"] = [[o, n, list(ls)] for o, n, ls in NOISE]
+    meta["noise_sha256"] = {str(n): hashlib.sha256(audiogen.noise(n).tobytes()).hexdigest()
+                            for _, _, ls in NOISE for n in ls}
     meta["real"] = REAL
     meta["kernels"] = kernel_digests()
     meta["lengths"] = torch_lengths()
@@ -163,8 +166,6 @@ RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 88200, 96
 
 
 def kernel_digests() -> dict[str, str]:
-    import hashlib
-
     import torchaudio
 
     return {f"{a}_{b}": hashlib.sha256(torchaudio.transforms.Resample(a, b).kernel.numpy().tobytes()).hexdigest()
