@@ -9,11 +9,11 @@ divides an integer tensor), then rounded to float32; it equals torchaudio's bit 
 The convolution is ``F.conv1d`` of the zero-padded wave (``width`` before, ``width + orig``
 after) with that kernel at stride ``orig``, one output channel per phase, then phases
 interleaved and cut at ``ceil(new * n / orig)`` (the quotient rounded to float32 first, as
-torch's ``as_tensor`` does). With mkldnn off (vLLM turns it off) torch lowers it to an
-sgemm over im2col columns: output frame ``f``, phase ``j`` is the dot product of kernel row
-``j`` with the ``K`` padded samples from ``f * orig``. MKL (2024.2, 1 thread, measured on
-an AVX-512 x86-64 host) sums those dot products in one of two ways, which this kernel
-repeats:
+torch's ``as_tensor`` does). Output frame ``f``, phase ``j`` is the dot product of kernel
+row ``j`` with the ``K`` padded samples from ``f * orig``. With mkldnn off (vLLM turns it
+off) and one thread, torch 2.14's CPU conv1d (a GEMM through MKL 2024.2, by its results)
+sums those dot products in one of two orders on the AVX-512 host measured (AMD EPYC), which
+this kernel repeats:
 
 * fused: when the conv has at least 4 phases and 12 output frames, in blocks of ``K``
   (all of it up to 192 taps, two halves up to 384, else 192 at a time), each block a
@@ -21,8 +21,11 @@ repeats:
 * plain: otherwise (fewer phases or frames), one chain of float32 products each rounded,
   then added, from zero.
 
-That gives torchaudio's output exactly except in the first frames of a conv with 9 to 11
-frames, or a single frame, where MKL sums some other way (a float32 rounding or two).
+That gives torchaudio's output bit for bit except in the first two or three frames of a
+conv of fewer than 12 frames, in a one-frame conv, and in one or two values of the first
+frames of some convs of few phases, where MKL sums some other way: there the two differ by
+a float32 rounding or two (1.2e-7 at most, measured). MKL picks its kernels by CPU, so on
+another CPU torch's own sums may move at that level.
 """
 
 from __future__ import annotations

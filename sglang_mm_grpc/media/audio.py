@@ -1,26 +1,33 @@
 """Audio bytes -> float32 mono at the stream's own rate, as vLLM 0.33's loader gives it, and
 that wave resampled as vLLM's default resampler does.
 
-vLLM's ``AudioMediaIO`` calls ``load_audio(sr=None, max_duration_s=600, ...)``, whose
-"auto" backend tries torchcodec (FFmpeg through swresample into float32), then
-soundfile (libsndfile, only when torchcodec cannot load, e.g. without a system FFmpeg),
-then PyAV; each averages the channels in float32 (``np.mean(axis=0)``). This module
-decodes with PyAV's FFmpeg and converts as swresample (and libsndfile) do: int16 times
+vLLM's ``AudioMediaIO`` calls ``load_audio(sr=None, max_duration_s=600, ...)``
+(vllm/multimodal/media/audio.py), whose "auto" backend tries torchcodec (FFmpeg, the
+frames converted to float32 by swresample), then soundfile (libsndfile; reached only when
+torchcodec cannot load, e.g. without a system FFmpeg), then PyAV for what libsndfile cannot
+open (M4A/AAC); each averages the channels in float32 (``np.mean(axis=0)``). This module
+decodes with PyAV's FFmpeg and converts as swresample and libsndfile do: int16 times
 2^-15, int32 (and 24-bit, which FFmpeg shifts into int32) times 2^-31, u8 less 128 times
 2^-7, float as it is, double rounded to float32; the channels summed in order and divided
-by their count, as ``np.mean`` does over a ``[channels, n]`` array. PCM WAV and FLAC come
-out equal to every vLLM backend's; MP3 equal to torchcodec's (FFmpeg's decoder), within
-1e-6 of libsndfile's (mpg123); AAC, Opus and Vorbis within a few 1e-7 of torchcodec's
-(another FFmpeg release) -- see tests/audio/test_audio_decode.py for the measured bounds
-and the one case apart (Opus through libsndfile decodes at the header's input rate, FFmpeg
-always at 48 kHz). Like vLLM's torchcodec path, a Vorbis stream's decoded tail beyond its
-stated duration (up to a block) is cut.
+by their count, as ``np.mean`` does over a C-ordered ``[channels, n]`` array (torchcodec's).
+Like vLLM's torchcodec path, a Vorbis stream decoded past its stated duration (by up to a
+block) is cut to it.
+
+So PCM WAV and FLAC come out equal to every vLLM backend's; MP3 equal to torchcodec's
+(FFmpeg's decoder) and within 1e-6 of libsndfile's (mpg123); AAC equal to vLLM's PyAV
+backend's and within 2e-7 of torchcodec's over FFmpeg 5.1; Opus and libvorbis-made Vorbis
+within 2e-7 of FFmpeg 5.1's. Apart: libsndfile decodes Opus at the header's input rate
+where FFmpeg always gives 48 kHz (and differs by up to 1e-4 at 48 kHz); FFmpeg 5.1 decodes
+streams from FFmpeg's own Vorbis encoder up to 0.15 apart from FFmpeg 8.1 and libvorbis
+(which agree). tests/audio/test_audio_decode.py holds the measurements.
 
 Every limit (``AudioLimits``) is checked as early as it can be: the byte size before
 opening; the header's claims (sample rate, channels, duration, samples x channels) before
 anything is decoded -- for WAV and FLAC read from the file's own header, so a 4 GHz rate or
 a 10-hour data chunk is refused even where FFmpeg would not open it or would believe only
-the bytes that are there; then, while decoding, the real samples, packets and time.
+the bytes that are there (vLLM decodes those); then, while decoding, the real samples and
+packets (RESOURCE_EXHAUSTED) and the time (DEADLINE_EXCEEDED, naming decode_timeout_s or
+the request's deadline, as a video's decode does).
 
 ``av`` (PyAV) is the ``video`` extra: imported on first use, so the package imports
 without it and a clip then gets FAILED_PRECONDITION.
@@ -119,18 +126,22 @@ class _Header:
     samples: int | None
 
 
+#: Chunks read before the data chunk (beyond them FFmpeg alone reads the header).
+_MAX_CHUNKS = 64
 #: WAVE format tags whose data chunk is plain frames: PCM, IEEE float, extensible.
 _PCM_TAGS = {1, 3}
 _EXTENSIBLE = 0xFFFE
 
 
 def _wav_header(data: bytes) -> _Header | None:
-    """The RIFF/WAVE header's fmt and data chunks (None when it is not one, or cut short:
-    FFmpeg then says what is wrong)."""
+    """The RIFF/WAVE header's fmt and data chunks (None when it is not one, is cut short or
+    has over ``_MAX_CHUNKS`` chunks before its data: FFmpeg then reads it)."""
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         return None
     pos, fmt = 12, None
-    while pos + 8 <= len(data):
+    for _ in range(_MAX_CHUNKS):
+        if pos + 8 > len(data):
+            break
         cid, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
         body = pos + 8
         if cid == b"fmt " and size >= 16 and body + 16 <= len(data):
