@@ -101,3 +101,23 @@ def test_refusals(pp):
     assert e.value.code is Code.RESOURCE_EXHAUSTED
     with pytest.raises(PreprocessError, match="audio clips") as e:
         pp.preprocess([], audios=clip)
+
+
+def test_no_clip_compiles_after_warmup():
+    """The resampler and the features warm with the model (``Preprocessor.warmup``)."""
+    import gc
+
+    from numba.core.dispatcher import Dispatcher
+
+    def compiled() -> dict[str, int]:
+        return {f"{d.py_func.__module__}.{d.py_func.__qualname__}@{id(d)}": len(d.overloads)
+                for d in gc.get_objects() if issubclass(type(d), Dispatcher)}
+
+    pp = Preprocessor.from_model(INKLING, cache_bytes=0)
+    pp.warmup()
+    before = compiled()
+    clips = [audiogen.clip(seconds=0.4, rate=r, channels=c, fmt=f) for r, c, f in
+             ((44100, 2, "mp3"), (48000, 1, "wav_s16"), (16000, 1, "flac"), (22050, 2, "aac"))]
+    pp.preprocess([], audios=clips)
+    after = compiled()
+    assert {k: n for k, n in after.items() if n != before.get(k, 0)} == {}

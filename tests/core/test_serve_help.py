@@ -53,7 +53,7 @@ SIZES = [("--max-receive-bytes", ServerConfig, "max_receive_bytes"), ("--max-sen
          ("--media-store-bytes", ServerConfig, "media_store_bytes"),
          ("--request-byte-budget", FetchPolicy, "request_byte_budget"),
          ("--max-remote-bytes", FetchPolicy, "max_remote_bytes"),
-         ("--video-max-bytes", ServerConfig, "video_max_bytes")]
+         ("--video-max-bytes", ServerConfig, "video_max_bytes"), ("--audio-max-bytes", ServerConfig, "audio_max_bytes")]
 NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "store_items"),
            ("--handle-ttl", ServerConfig, "handle_ttl_s"), ("--grace", ServerConfig, "grace_s"),
            ("--max-images", ServerConfig, "max_images"), ("--max-image-tokens", ServerConfig, "max_image_tokens"),
@@ -66,7 +66,13 @@ NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "st
            ("--video-max-decoded-frames", ServerConfig, "video_max_decoded_frames"),
            ("--video-max-sampled-frames", ServerConfig, "video_max_sampled_frames"),
            ("--video-max-frame-pixels", ServerConfig, "video_max_frame_pixels"),
-           ("--video-decode-timeout", ServerConfig, "video_decode_timeout_s")]
+           ("--video-decode-timeout", ServerConfig, "video_decode_timeout_s"),
+           ("--max-audios", ServerConfig, "max_audios"), ("--max-audio-tokens", ServerConfig, "max_audio_tokens"),
+           ("--audio-max-duration", ServerConfig, "audio_max_duration_s"),
+           ("--audio-max-sample-rate", ServerConfig, "audio_max_sample_rate"),
+           ("--audio-max-channels", ServerConfig, "audio_max_channels"),
+           ("--audio-max-decoded-samples", ServerConfig, "audio_max_decoded_samples"),
+           ("--audio-decode-timeout", ServerConfig, "audio_decode_timeout_s")]
 
 
 @pytest.mark.parametrize("flag, cls, name", SIZES, ids=[s[0] for s in SIZES])

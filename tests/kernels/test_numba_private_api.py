@@ -254,6 +254,37 @@ class Private:
     check: Callable[[], None]
 
 
+def _check_cast():
+    from numba.core.base import BaseContext
+
+    _params(BaseContext.cast, "self", "builder", "val", "fromty", "toty")
+    _, _, b = _module()
+    out = _cpu_context().cast(b, ir.Constant(ir.IntType(64), 3), types.int64, types.float64)
+    assert out.type == ir.DoubleType(), f"cast to {out.type}"
+
+
+def _check_unpack_tuple():
+    from numba.core import cgutils
+
+    _params(cgutils.unpack_tuple, "builder", "tup", "count")
+    _, _, b = _module()
+    i64 = ir.IntType(64)
+    tup = ir.Constant(ir.LiteralStructType([i64, i64]), [ir.Constant(i64, 2), ir.Constant(i64, 5)])
+    items = cgutils.unpack_tuple(b, tup, 2)
+    assert len(items) == 2 and all(v.type == i64 for v in items), f"returned {items!r}"
+
+
+def _check_primitive_model():
+    from numba.core.datamodel.registry import default_manager
+    from numba.extending import models, register_model
+
+    _params(models.PrimitiveModel.__init__, "self", "dmm", "fe_type", "be_type")
+    assert callable(register_model), "register_model is gone"
+    vec = ir.VectorType(ir.DoubleType(), 8)
+    model = models.PrimitiveModel(default_manager, types.float64, vec)
+    assert model.get_value_type() == vec and model.get_data_type() == vec, "the model does not carry its LLVM type"
+
+
 PRIVATE = [
     Private("numba.core.cgutils.get_or_insert_function", ("simd_ir",), _check_get_or_insert_function),
     Private("numba.core.cgutils.alloca_once_value", ("amx", "simd_ir"), _check_alloca_once_value),
@@ -263,8 +294,8 @@ PRIVATE = [
     Private("numba.core.caching._SourceFileBackedLocatorMixin", ("__init__",), _check_source_file_mixin),
     Private("numba.core.caching.CacheImpl._locator_classes", ("__init__",), _check_locator_classes),
     Private("numba.core.registry.cpu_target.target_context", ("amx",), _check_target_context),
-    Private("numba.core.base.BaseContext.make_array", ("normalize", "simd_ir"), _check_make_array),
-    Private("numba.core.base.BaseContext.get_dummy_value", ("amx", "normalize", "simd_ir"), _check_get_dummy_value),
+    Private("numba.core.base.BaseContext.make_array", ("logmel", "normalize", "simd_ir"), _check_make_array),
+    Private("numba.core.base.BaseContext.get_dummy_value", ("amx", "logmel", "normalize", "simd_ir"), _check_get_dummy_value),
     Private("numba.core.base.BaseContext.get_abi_sizeof", ("normalize",), _check_sizeof),
     Private("numba.core.base.BaseContext.get_data_type", ("normalize",), _check_sizeof),
     Private("numba.core.cpu.CPUContext.codegen", ("simd_ir",), _check_target_context),
@@ -278,6 +309,11 @@ PRIVATE = [
     Private("numba.core.dispatcher.Dispatcher.compile", ("compile_locks",), _check_compile_locks),
     Private("numba.core.compiler_lock.global_compiler_lock", ("compile_locks",), _check_compile_locks),
     Private("numba.core.sigutils.normalize_signature", ("compile_locks",), _check_compile_locks),
+    # logmel's 8-lane float64 vector type: a PrimitiveModel over an LLVM <8 x double>
+    Private("numba.core.base.BaseContext.cast", ("logmel",), _check_cast),
+    Private("numba.core.cgutils.unpack_tuple", ("logmel",), _check_unpack_tuple),
+    Private("numba.extending.register_model", ("logmel",), _check_primitive_model),
+    Private("numba.extending.models.PrimitiveModel", ("logmel",), _check_primitive_model),
 ]
 
 
