@@ -118,12 +118,15 @@ def _open(av, data: bytes, item: int | None):
 @dataclass(frozen=True)
 class _Header:
     """What a WAV or FLAC file's own header says: its rate and channels, the samples it
-    claims, and those its bytes hold (None: not known from the header)."""
+    claims, and those its bytes hold (None: not known from the header); for a plain PCM
+    WAV, its samples' dtype and where its data chunk starts (else None)."""
 
     rate: int
     channels: int
     claimed: int | None
     samples: int | None
+    pcm: np.dtype | None = None
+    offset: int = 0
 
 
 #: Chunks read before the data chunk (beyond them FFmpeg alone reads the header).
@@ -149,12 +152,17 @@ def _wav_header(data: bytes) -> _Header | None:
             if fmt[0] == _EXTENSIBLE and size >= 26 and body + 26 <= len(data):
                 fmt = (struct.unpack_from("<H", data, body + 24)[0],) + fmt[1:]
         elif cid == b"data" and fmt is not None:
-            return _wav_facts(fmt, size, len(data) - body)
+            return _wav_facts(fmt, size, len(data) - body, body)
         pos = body + size + (size & 1)
     return None
 
 
-def _wav_facts(fmt: tuple, size: int, available: int) -> _Header:
+#: (WAVE format tag, bits per sample) -> the dtype its samples are read as directly (the
+#: kinds FFmpeg decodes to that very sample format: s16, s32, flt, u8)
+_PCM_DTYPES = {(1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"), (3, 32): np.dtype("<f4"), (1, 8): np.dtype("u1")}
+
+
+def _wav_facts(fmt: tuple, size: int, available: int, offset: int) -> _Header:
     tag, channels, rate, _, align, bits = fmt
     # FFmpeg and libsndfile read a data chunk of size 0 or 0xFFFFFFFF (a streamed
     # file's placeholder) to the end of the file
@@ -162,7 +170,8 @@ def _wav_facts(fmt: tuple, size: int, available: int) -> _Header:
     plain = tag in _PCM_TAGS and channels > 0 and align == channels * bits // 8 and align > 0
     if not plain:
         return _Header(rate, channels, None, None)
-    return _Header(rate, channels, claimed_bytes // align, min(claimed_bytes, available) // align)
+    return _Header(rate, channels, claimed_bytes // align, min(claimed_bytes, available) // align,
+                   _PCM_DTYPES.get((tag, bits)), offset)
 
 
 def _flac_header(data: bytes) -> _Header | None:
@@ -257,6 +266,9 @@ def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), it
     if len(data) > limits.max_bytes:
         raise _exhausted("audio of", f"{len(data)} bytes", limits.max_bytes, "max_bytes", item)
     job = _Decode(meta, limits, item, deadline)
+    pcm = _pcm_wave(data, meta, job)
+    if pcm is not None:
+        return pcm
     with _open(av, data, item) as container:
         stream = _audio_stream(container, item)
         try:
@@ -270,6 +282,22 @@ def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), it
         if stream.codec_context.name == "vorbis":
             wave = _vorbis_tail(wave, _stated_seconds(container, stream), meta.sample_rate)
     return wave
+
+
+def _pcm_wave(data: bytes, meta: AudioMeta, job: "_Decode") -> np.ndarray | None:
+    """A plain PCM WAV's samples read straight from its data chunk (None for any other
+    file): FFmpeg's pcm decoders hand out these very samples, converted and mixed here as
+    each decoded frame is (``as_float``, ``mono``: element by element, so one block equals
+    the frames joined)."""
+    header = _wav_header(data)
+    if header is None or header.pcm is None or header.samples is None or not meta.exact:
+        return None
+    if (header.rate, header.channels, header.samples) != (meta.sample_rate, meta.channels, meta.samples):
+        return None
+    job.packet()  # the deadline, as for a decoded stream's first packet
+    frames = np.frombuffer(data, header.pcm, count=header.samples * header.channels, offset=header.offset)
+    job.add_planes(_converted(frames.reshape(-1, header.channels).T))
+    return job.wave()
 
 
 #: The largest Vorbis block, in samples (vLLM's _VORBIS_MAX_BLOCK_SAMPLES).
@@ -315,7 +343,10 @@ class _Decode:
         if frame.sample_rate != self.meta.sample_rate:
             raise _bad(f"a frame at {frame.sample_rate} Hz in a stream of {self.meta.sample_rate} Hz "
                        "(the rate changes mid-stream)", self.item)
-        planes = as_float(frame)
+        self.add_planes(as_float(frame))
+
+    def add_planes(self, planes: np.ndarray) -> None:
+        """float32 [channels, n] samples, counted against the limits, mixed to mono."""
         if planes.shape[0] != self.meta.channels:
             raise _bad(f"a frame of {planes.shape[0]} channels in a stream of {self.meta.channels} "
                        "(the channels change mid-stream)", self.item)
@@ -349,6 +380,11 @@ def as_float(frame) -> np.ndarray:
     planes = frame.to_ndarray()
     if not frame.format.is_planar:
         planes = planes.reshape(-1, frame.layout.nb_channels).T  # interleaved [1, n * c]
+    return _converted(planes)
+
+
+def _converted(planes: np.ndarray) -> np.ndarray:
+    """float32 [channels, n] of integer or float samples, as swresample converts them."""
     scale = _TO_FLOAT.get(planes.dtype)
     if scale is not None:
         return planes.astype(np.float32) * scale
