@@ -160,6 +160,9 @@ def _wav_header(data: bytes) -> _Header | None:
 #: (WAVE format tag, bits per sample) -> the dtype its samples are read as directly (the
 #: kinds FFmpeg decodes to that very sample format: s16, s32, flt, u8)
 _PCM_DTYPES = {(1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"), (3, 32): np.dtype("<f4"), (1, 8): np.dtype("u1")}
+#: ... and FFmpeg's name of its decoder
+_PCM_CODECS = {np.dtype("<i2"): "pcm_s16le", np.dtype("<i4"): "pcm_s32le", np.dtype("<f4"): "pcm_f32le",
+               np.dtype("u1"): "pcm_u8"}
 
 
 def _wav_facts(fmt: tuple, size: int, available: int, offset: int) -> _Header:
@@ -218,6 +221,10 @@ def probe(data: bytes, limits: AudioLimits = AudioLimits(), item: int | None = N
         _check_format(header.rate, header.channels, limits, item)
         if header.claimed is not None:
             _check_length(header.claimed, header.claimed / header.rate, header.channels, limits, item)
+        if header.pcm is not None and header.samples:  # a plain PCM WAV says all FFmpeg would
+            _check_length(header.samples, header.samples / header.rate, header.channels, limits, item)
+            return AudioMeta(header.rate, header.channels, header.samples, header.samples / header.rate,
+                             _PCM_CODECS[header.pcm], "wav", True)
     with _open(av, data, item) as container:
         return _meta(container, header, limits, item)
 

@@ -210,9 +210,10 @@ def test_without_pyav_a_clip_fails_precondition(monkeypatch):
 @pytest.mark.parametrize("fmt", ["wav_s16", "wav_s24", "wav_s32", "wav_f32", "wav_u8"])
 @pytest.mark.parametrize("channels", [1, 2, 3])
 def test_a_pcm_wav_read_directly_equals_its_decoded_frames(fmt, channels):
-    """A plain PCM WAV's data chunk is read without FFmpeg (``_pcm_wave``); what FFmpeg's
-    frames give, converted and mixed frame by frame, is the same to the bit (24-bit WAV,
-    which FFmpeg shifts into int32, always takes the decoder)."""
+    """A plain PCM WAV's header and data chunk are read without FFmpeg (``probe``,
+    ``_pcm_wave``); what FFmpeg's reading and frames give, converted and mixed frame by
+    frame, is the same to the bit (24-bit WAV, which FFmpeg shifts into int32, always takes
+    the decoder)."""
     data = audiogen.clip(1.7, 22050, channels, fmt, seed=channels)
     meta = audio.probe(data)
     job = audio._Decode(meta, audio.AudioLimits(), None, None)
@@ -220,6 +221,8 @@ def test_a_pcm_wav_read_directly_equals_its_decoded_frames(fmt, channels):
         for packet in container.demux(audio._audio_stream(container, None)):
             for frame in packet.decode():
                 job.add(frame)
+        read = audio._meta(container, audio._wav_header(data), audio.AudioLimits(), None)
     direct = audio._pcm_wave(data, meta, audio._Decode(meta, audio.AudioLimits(), None, None))
     assert (direct is None) == (fmt == "wav_s24")
     assert np.array_equal(audio.decode(data, meta), job.wave())
+    assert meta == read  # the header read alone says what FFmpeg's reading does
