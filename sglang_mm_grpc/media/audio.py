@@ -159,9 +159,10 @@ def _wav_header(data: bytes) -> _Header | None:
 
 #: (WAVE format tag, bits per sample) -> the dtype its samples are read as directly (the
 #: kinds FFmpeg decodes to that very sample format: s16, s32, flt, u8)
-_PCM_DTYPES = {(1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"), (3, 32): np.dtype("<f4"), (1, 8): np.dtype("u1")}
+_PCM_DTYPES: dict[tuple[int, int], np.dtype] = {
+    (1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"), (3, 32): np.dtype("<f4"), (1, 8): np.dtype("u1")}
 #: ... and FFmpeg's name of its decoder
-_PCM_CODECS = {np.dtype("<i2"): "pcm_s16le", np.dtype("<i4"): "pcm_s32le", np.dtype("<f4"): "pcm_f32le",
+_PCM_CODECS: dict[np.dtype, str] = {np.dtype("<i2"): "pcm_s16le", np.dtype("<i4"): "pcm_s32le", np.dtype("<f4"): "pcm_f32le",
                np.dtype("u1"): "pcm_u8"}
 
 
