@@ -151,24 +151,22 @@ def check_videos(backend, videos: int) -> None:
     """FAILED_PRECONDITION when the request has videos and ``backend``'s consumer takes
     none (checked before any work by the servicer, and again when assembling)."""
     b = _backend(backend)
-    if videos and b.no_video:
-        raise PreprocessError(
-            Code.FAILED_PRECONDITION,
-            f"{b.label} cannot take this request's {videos} video(s): {b.no_video}. "
-            "Use the vLLM or TokenSpeed backend for videos, or send the images without the videos",
-        )
+    _refuse_items(b.label, videos, "video(s)", b.no_video,
+                  "Use the vLLM or TokenSpeed backend for videos, or send the images without the videos")
 
 
 def check_audios(backend, audios: int) -> None:
     """FAILED_PRECONDITION when the request has audio clips and ``backend``'s consumer takes
     none (checked before any work by the servicer, and again when assembling)."""
     b = _backend(backend)
-    if audios and b.no_audio:
-        raise PreprocessError(
-            Code.FAILED_PRECONDITION,
-            f"{b.label} cannot take this request's {audios} audio clip(s): {b.no_audio}. "
-            "Use the TokenSpeed backend for audio, or send the request without the clips",
-        )
+    _refuse_items(b.label, audios, "audio clip(s)", b.no_audio,
+                  "Use the TokenSpeed backend for audio, or send the request without the clips")
+
+
+def _refuse_items(label: str, count: int, what: str, why: str, instead: str) -> None:
+    if count and why:
+        raise PreprocessError(Code.FAILED_PRECONDITION,
+                              f"{label} cannot take this request's {count} {what}: {why}. {instead}")
 
 
 def is_raw(out) -> bool:
