@@ -295,7 +295,7 @@ def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), it
 def _pcm_wave(data: bytes, meta: AudioMeta, job: "_Decode") -> np.ndarray | None:
     """A plain PCM WAV's samples read straight from its data chunk (None for any other
     file): FFmpeg's pcm decoders hand out these very samples, converted and mixed here as
-    each decoded frame is (``as_float``, ``mono``: element by element, so one block equals
+    each decoded frame is (``_converted``, ``mono``: element by element, so one block equals
     the frames joined)."""
     header = _wav_header(data)
     if header is None or header.pcm is None or header.samples is None or not meta.exact:
@@ -304,7 +304,7 @@ def _pcm_wave(data: bytes, meta: AudioMeta, job: "_Decode") -> np.ndarray | None
         return None
     job.packet()  # the deadline, as for a decoded stream's first packet
     frames = np.frombuffer(data, header.pcm, count=header.samples * header.channels, offset=header.offset)
-    job.add_planes(_converted(frames.reshape(-1, header.channels).T))
+    job.add_planes(frames.reshape(-1, header.channels).T)
     return job.wave()
 
 
@@ -325,14 +325,17 @@ def _vorbis_tail(wave: np.ndarray, seconds: float | None, rate: int) -> np.ndarr
 
 
 class _Decode:
-    """One clip's decode: frames to float32 mono, the limits counted as it goes."""
+    """One clip's decode: frames to float32 mono, the limits counted as it goes. Each
+    frame's samples are kept as decoded (views of its planes, per channel) and converted
+    and mixed once at the end: the conversion and the mix go element by element, so one
+    pass over the whole equals one per frame, without a numpy call per frame."""
 
     def __init__(self, meta: AudioMeta, limits: AudioLimits, item: int | None, deadline: float | None):
         self.meta, self.limits, self.item, self.deadline = meta, limits, item, deadline
         self.end = time.monotonic() + limits.decode_timeout_s
         self.max_samples = int(meta.sample_rate * limits.max_duration_s)  # vLLM's int(sr * max_duration_s)
         self.packets = self.samples = 0
-        self.parts: list[np.ndarray] = []
+        self.parts: list = []  # per frame: its channels' samples, in the decoded dtype
 
     def packet(self) -> None:
         self.packets += 1
@@ -351,28 +354,32 @@ class _Decode:
         if frame.sample_rate != self.meta.sample_rate:
             raise _bad(f"a frame at {frame.sample_rate} Hz in a stream of {self.meta.sample_rate} Hz "
                        "(the rate changes mid-stream)", self.item)
-        self.add_planes(as_float(frame))
+        self.add_planes(_channels(frame))
 
-    def add_planes(self, planes: np.ndarray) -> None:
-        """float32 [channels, n] samples, counted against the limits, mixed to mono."""
-        if planes.shape[0] != self.meta.channels:
-            raise _bad(f"a frame of {planes.shape[0]} channels in a stream of {self.meta.channels} "
+    def add_planes(self, planes) -> None:
+        """[channels, n] samples (an array, or a sequence of per-channel arrays of one
+        dtype), counted against the limits."""
+        channels, n = len(planes), len(planes[0])
+        if channels != self.meta.channels:
+            raise _bad(f"a frame of {channels} channels in a stream of {self.meta.channels} "
                        "(the channels change mid-stream)", self.item)
-        self.samples += planes.shape[1]
-        if self.samples * planes.shape[0] > self.limits.max_decoded_samples:
+        self.samples += n
+        if self.samples * channels > self.limits.max_decoded_samples:
             raise _exhausted("the stream decodes into over", f"{self.limits.max_decoded_samples} samples x channels",
                              self.limits.max_decoded_samples, "max_decoded_samples", self.item)
         if self.samples > self.max_samples:
             raise _exhausted("the stream decodes into", f"{self.samples} samples at {self.meta.sample_rate} Hz",
                              f"{self.limits.max_duration_s:g} s", "max_duration_s", self.item)
-        self.parts.append(mono(planes))
+        self.parts.append(planes)
 
     def wave(self) -> np.ndarray:
         if not self.samples:
             raise _bad("the audio stream decodes into no samples", self.item)
-        wave = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
-        self.parts = []
-        return wave
+        parts, self.parts = self.parts, []
+        if len({p[0].dtype for p in parts}) > 1:  # the sample format changed mid-stream: part by part
+            return np.concatenate([mono(_converted(np.asarray(p))) for p in parts])
+        planes = np.stack([np.concatenate([p[c] for p in parts]) for c in range(self.meta.channels)])
+        return mono(_converted(planes))
 
 
 _TO_FLOAT = {
@@ -382,13 +389,21 @@ _TO_FLOAT = {
 }
 
 
-def as_float(frame) -> np.ndarray:
-    """float32 [channels, n] of a decoded frame, converted as swresample converts it to
-    float (and libsndfile reads PCM as float)."""
-    planes = frame.to_ndarray()
-    if not frame.format.is_planar:
-        planes = planes.reshape(-1, frame.layout.nb_channels).T  # interleaved [1, n * c]
-    return _converted(planes)
+#: FFmpeg's sample formats (planar ones end in "p") -> their numpy dtype
+_SAMPLE_DTYPES: dict[str, np.dtype] = {"u8": np.dtype(np.uint8), "s16": np.dtype(np.int16), "s32": np.dtype(np.int32),
+                                        "s64": np.dtype(np.int64), "flt": np.dtype(np.float32), "dbl": np.dtype(np.float64)}
+
+
+def _channels(frame) -> list[np.ndarray]:
+    """A decoded frame's samples per channel, views of its planes in their own dtype."""
+    fmt = frame.format
+    dtype = _SAMPLE_DTYPES.get(fmt.name.removesuffix("p") if fmt.is_planar else fmt.name)
+    n, c = frame.samples, frame.layout.nb_channels
+    if dtype is None:
+        return list(frame.to_ndarray().reshape(c, n) if fmt.is_planar else frame.to_ndarray().reshape(n, c).T)
+    if fmt.is_planar:
+        return [np.frombuffer(frame.planes[i], dtype, count=n) for i in range(c)]
+    return list(np.frombuffer(frame.planes[0], dtype, count=n * c).reshape(n, c).T)
 
 
 def _converted(planes: np.ndarray) -> np.ndarray:
