@@ -25,14 +25,14 @@ samples of each of the 8 frames and transposing them into lanes; a Stockham FFT 
 ``M`` (radix 5, 3, any odd prime, then 8, 4, 2) in ping-pong buffers; the real
 spectrum unpacked from ``Z[k]`` and ``Z[M - k]``; the magnitude by AVX-512's reciprocal
 square root and two Newton steps (``sqrt`` elsewhere). The spectrum is computed doubled
-(``2 X``) and the mel weights halved, exactly (powers of two); with ``power`` 2 (Whisper's
-``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered.
+(``2 X``) and the mel weights halved, exactly (powers of two); with ``power`` 2 (the power
+spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered.
 
-Whisper-style frames (``log_mel_centered``, Qwen3-ASR's extractor): ``torch.stft(center=True)``
+Centered frames (``log_mel_centered``): ``torch.stft(center=True)``
 pads the clip by ``n_fft / 2`` on each side by reflection; the padded clip goes through the
 same frames with no left pad, ``len // hop`` of them (the STFT's last frame dropped).
-``whisper_scale`` then clamps each clip to its maximum less 8 and maps ``(x + 4) / 4``
-in float32, transposed to ``[mels, frames]``.
+``peak_floor_scale`` then clamps a clip's log-mel to its maximum less ``below`` and maps
+``(x + shift) / divisor`` in float32, transposed to ``[mels, frames]``.
 
 dMel bins without the logarithm: ``bin(mel)`` (the float32 log-mel quantized) never
 decreases as ``mel`` grows, so it is the number of thresholds ``taus[j] <= mel``, where
@@ -937,12 +937,12 @@ def quantize_log_mel(x, bins: Bins, out: np.ndarray | None = None) -> np.ndarray
 
 
 
-# -- Whisper-style frames (center=True, reflect), its scale ----------------------------------
+# -- centered frames (center=True, reflect), a peak floor and scale ------------------------
 
 
 def centered_frame_count(samples: int, hop: int) -> int:
     """``samples // hop``: ``torch.stft(center=True)``'s ``1 + samples // hop`` frames, the
-    last dropped (Whisper's ``stft[..., :-1]``)."""
+    last dropped (``stft[..., :-1]``)."""
     return int(samples) // int(hop)
 
 
@@ -963,15 +963,16 @@ def log_mel_centered(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray
 
 
 @numba.njit(nogil=True, cache=True)
-def whisper_scale(lm, out):
-    """``out[m, t] = (max(lm[t, m], max(lm) - 8) + 4) / 4``, each step in float32 (torch's
-    ``maximum(log_spec, log_spec.max() - 8.0)``, ``(log_spec + 4.0) / 4.0``)."""
+def peak_floor_scale(lm, below, shift, divisor, out):
+    """``out[m, t] = (max(lm[t, m], max(lm) - below) + shift) / divisor``, each step in
+    float32 (torch's ``maximum(x, x.max() - below)``, ``(x + shift) / divisor`` on a
+    float32 tensor; ``below``, ``shift``, ``divisor`` float32)."""
     top = np.float32(-np.inf)
     for t in range(lm.shape[0]):
         for m in range(lm.shape[1]):
             top = max(top, lm[t, m])
-    low = np.float32(top - np.float32(8.0))
+    low = np.float32(top - below)
     for t in range(lm.shape[0]):
         for m in range(lm.shape[1]):
             v = max(lm[t, m], low)
-            out[m, t] = np.float32(np.float32(v + np.float32(4.0)) / np.float32(4.0))
+            out[m, t] = np.float32(np.float32(v + shift) / divisor)

@@ -162,7 +162,7 @@ def features(wave, cfg: Qwen3ASRAudioConfig, total: int | None = None) -> np.nda
     lm = logmel.log_mel_centered(w, _plan(cfg))
     out = np.empty((lm.shape[1], lm.shape[0]), np.float32)
     if lm.shape[0]:
-        logmel.whisper_scale(lm, out)
+        logmel.peak_floor_scale(lm, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)
     return out
 
 
