@@ -200,3 +200,29 @@ def test_too_few_samples_are_refused():
     with pytest.raises(PreprocessError, match="no feature frame") as e:
         family.plan_audio(asr.AudioTarget(CFG, 100), 5000, 2)
     assert e.value.code is Code.INVALID_ARGUMENT and e.value.item == 2
+
+
+@pytest.mark.parametrize("n_fft,hop,mels", [(400, 160, 128), (512, 128, 64), (320, 100, 40)])
+def test_centered_power_frames_are_numpys_float64(n_fft, hop, mels):
+    """``log_mel_centered`` on other geometries: numpy's float64 rfft of the reflect-padded,
+    float32-windowed frames, ``|X|^2``, the float32 filters, log10, rounded once."""
+    from sglang_mm_grpc.kernels import logmel
+
+    rng = np.random.default_rng(n_fft)
+    x = (0.1 * rng.standard_normal(3 * n_fft + 37)).astype(np.float32)
+    window = logmel.hann_window(n_fft)
+    filters = logmel.mel_filter_bank(n_fft // 2 + 1, mels, 0.0, 8000.0, 16000, norm="slaney", mel_scale="slaney")
+    fb = np.ascontiguousarray(filters.T, np.float32)
+    p = logmel.plan(n_fft, hop, window, fb, 0.0, 1e-10, power=2, center=True)
+    ours = logmel.log_mel_centered(x, p)
+    padded = np.pad(x, n_fft // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop][:-1] * window
+    spec = np.fft.rfft(frames.astype(np.float64), axis=1)
+    power = spec.real ** 2 + spec.imag ** 2
+    want = np.log10(np.maximum(power @ fb.T.astype(np.float64), float(np.float32(1e-10)))).astype(np.float32)
+    assert ours.shape == want.shape == (len(x) // hop, mels)
+    assert np.abs(ours.astype(np.float64) - want).max() <= 2 * np.spacing(np.abs(want)).max()
+    with pytest.raises(ValueError, match="center=True"):
+        logmel.log_mel_centered(x, logmel.plan(n_fft, hop, window, fb, power=2))
+    with pytest.raises(ValueError, match="more than"):
+        logmel.log_mel_centered(x[: n_fft // 2], p)
