@@ -25,7 +25,14 @@ samples of each of the 8 frames and transposing them into lanes; a Stockham FFT 
 ``M`` (radix 5, 3, any odd prime, then 8, 4, 2) in ping-pong buffers; the real
 spectrum unpacked from ``Z[k]`` and ``Z[M - k]``; the magnitude by AVX-512's reciprocal
 square root and two Newton steps (``sqrt`` elsewhere). The spectrum is computed doubled
-(``2 X``) and the mel weights halved, exactly (powers of two).
+(``2 X``) and the mel weights halved, exactly (powers of two); with ``power`` 2 (the power
+spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered.
+
+Centered frames (``log_mel_centered``): ``torch.stft(center=True)``
+pads the clip by ``n_fft / 2`` on each side by reflection; the padded clip goes through the
+same frames with no left pad, ``len // hop`` of them (the STFT's last frame dropped).
+``peak_floor_scale`` then clamps a clip's log-mel to its maximum less ``below`` and maps
+``(x + shift) / divisor`` in float32, transposed to ``[mels, frames]``.
 
 dMel bins without the logarithm: ``bin(mel)`` (the float32 log-mel quantized) never
 decreases as ``mel`` grows, so it is the number of thresholds ``taus[j] <= mel``, where
@@ -493,23 +500,31 @@ def _gather(wave, first, hop, window, zr, zi):
             _gather_lane(wave, first + lane * hop, window, zr, zi, lane)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _spec(re, im, f4, power):
+    """``sqrt(max(re^2 + im^2, f4))`` (power 1) or ``max(re^2 + im^2, f4)`` (power 2)."""
+    if power == 2:
+        return vmax(re * re + im * im, f4)
+    return vmag(re, im, f4)
+
+
 @numba.njit(nogil=True, cache=True)
-def _magnitudes(zr, zi, rtr, rti, floor, mag):
-    """``mag[k] = 2 |X_k|`` (``2 sqrt(max(|X_k|^2, floor))``), k = 0..M: the real FFT
-    unpacked from the complex one, ``2 X_k = Z_k + conj(Z_{M-k}) - i W^k (Z_k -
-    conj(Z_{M-k}))``, ``W^k = (rtr[k], rti[k])``."""
+def _magnitudes(zr, zi, rtr, rti, floor, power, mag):
+    """``mag[k] = 2 |X_k|`` (``2 sqrt(max(|X_k|^2, floor))``; power 2: ``4 max(|X_k|^2,
+    floor)``), k = 0..M: the real FFT unpacked from the complex one, ``2 X_k = Z_k +
+    conj(Z_{M-k}) - i W^k (Z_k - conj(Z_{M-k}))``, ``W^k = (rtr[k], rti[k])``."""
     mm = zr.shape[0] // L
     f4 = 4.0 * floor
     ar, ai = vload(zr, 0), vload(zi, 0)
     zero = vsplat(0.0)
-    vstore(mag, 0, vmag(2.0 * (ar + ai), zero, f4))
-    vstore(mag, mm * L, vmag(2.0 * (ar - ai), zero, f4))
+    vstore(mag, 0, _spec(2.0 * (ar + ai), zero, f4, power))
+    vstore(mag, mm * L, _spec(2.0 * (ar - ai), zero, f4, power))
     for k in range(1, mm):
         cr, ci = rtr[k], rti[k]
         ar, ai = vload(zr, k * L), vload(zi, k * L)
         br, bi = vload(zr, (mm - k) * L), vload(zi, (mm - k) * L)
         er, ei, orr, oi = ar + br, ai - bi, ai + bi, br - ar
-        vstore(mag, k * L, vmag(er + cr * orr - ci * oi, ei + cr * oi + ci * orr, f4))
+        vstore(mag, k * L, _spec(er + cr * orr - ci * oi, ei + cr * oi + ci * orr, f4, power))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -553,12 +568,13 @@ def _write_bins(acc, taus, g, t1, cnt, out):
 
 
 @numba.njit(nogil=True, cache=True)
-def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
+def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor, power,
            starts, lens, weights, mel_floor, taus, out_lm, out_bins):
     """Frames ``[t0, t1)`` of ``wave`` (float32, frame t at ``t * hop - left``): the
     float32 log-mel into ``out_lm[t]`` when ``out_lm`` has rows, the dMel bins (counts of
     ``taus``) into ``out_bins[t]`` when it has rows. ``weights`` are the mel filters
-    halved (the spectrum is doubled); see the module docstring for the rest."""
+    halved (the spectrum is doubled; quartered for ``power`` 2, ``|X|^2``); see the module
+    docstring for the rest."""
     mm = window.shape[0] // 2
     nm = starts.shape[0]
     zr, zi, wr, wi = np.empty(mm * L), np.empty(mm * L), np.empty(mm * L), np.empty(mm * L)
@@ -568,9 +584,9 @@ def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
     for g in range(t0, t1, L):
         _gather(wave, g * hop - left, hop, window, zr, zi)
         if fft_lanes(zr, zi, wr, wi, rs, offs, twr, twi):
-            _magnitudes(wr, wi, rtr, rti, floor, mag)
+            _magnitudes(wr, wi, rtr, rti, floor, power, mag)
         else:
-            _magnitudes(zr, zi, rtr, rti, floor, mag)
+            _magnitudes(zr, zi, rtr, rti, floor, power, mag)
         _mel(mag, starts, lens, weights, mel_floor, acc)
         if out_lm.shape[0] > 0:
             _write_logmel(acc, g, t1, out_lm)
@@ -799,8 +815,9 @@ class Plan(NamedTuple):
     floor: float  # the power's clamp
     starts: np.ndarray  # int64 [mels]: each filter's first bin
     lens: np.ndarray  # int64 [mels]: its number of bins
-    weights: np.ndarray  # float64 [mels, max len]: its float32 weights, halved
+    weights: np.ndarray  # float64 [mels, max len]: its float32 weights, halved (quartered: power 2)
     mel_floor: float  # the mel's clamp
+    power: int = 1  # 1: the magnitude |X|; 2: the power |X|^2
 
     @property
     def n_mels(self) -> int:
@@ -820,27 +837,30 @@ def _twiddles(m: int, rs: list[int]):
     return np.array(offs, np.int64), np.concatenate(re), np.concatenate(im)
 
 
-def _sparse(filters: np.ndarray):
+def _sparse(filters: np.ndarray, scale: float = 0.5):
     """Each row's nonzero span of float32 ``filters`` [mels, bins]: starts, lengths and the
-    span's weights (float64, halved)."""
+    span's weights (float64, times ``scale``: a power of two, exact)."""
     nz = filters != 0
     starts = np.where(nz.any(1), nz.argmax(1), 0).astype(np.int64)
     ends = np.where(nz.any(1), filters.shape[1] - nz[:, ::-1].argmax(1), 0).astype(np.int64)
     lens = ends - starts
     weights = np.zeros((len(filters), max(int(lens.max(initial=0)), 1)))
     for m in range(len(filters)):
-        weights[m, :lens[m]] = 0.5 * filters[m, starts[m]:ends[m]].astype(np.float64)
+        weights[m, :lens[m]] = scale * filters[m, starts[m]:ends[m]].astype(np.float64)
     return starts, lens, weights
 
 
 def plan(n_fft: int, hop: int, window: np.ndarray, filters: np.ndarray, floor: float = 1e-10,
-         mel_floor: float = 1e-10) -> Plan:
+         mel_floor: float = 1e-10, power: int = 1, center: bool = False) -> Plan:
     """A plan for frames of ``n_fft`` (even) every ``hop``, the first at ``-(n_fft - hop)``
-    (clamped at 0), the float32 ``window`` (``stft_window``-padded to ``n_fft``) and float32
-    mel ``filters`` [mels, n_fft / 2 + 1]; the clamps rounded to float32 (torch's
-    ``clamp_min`` of a float32 tensor)."""
+    (clamped at 0; ``center``: at 0 of the reflect-padded clip, ``log_mel_centered``), the
+    float32 ``window`` (``stft_window``-padded to ``n_fft``) and float32 mel ``filters``
+    [mels, n_fft / 2 + 1]; the clamps rounded to float32 (torch's ``clamp_min`` of a
+    float32 tensor); ``power`` 1 (magnitude) or 2 (power spectrum)."""
     if n_fft < 2 or n_fft % 2 or hop <= 0:
         raise ValueError(f"need an even n_fft >= 2 and a positive hop, got {n_fft}, {hop}")
+    if power not in (1, 2):
+        raise ValueError(f"power must be 1 or 2, got {power}")
     fb = np.asarray(filters, np.float32)
     if fb.ndim != 2 or fb.shape[1] != n_fft // 2 + 1:
         raise ValueError(f"filters must be [mels, {n_fft // 2 + 1}], got {fb.shape}")
@@ -848,10 +868,10 @@ def plan(n_fft: int, hop: int, window: np.ndarray, filters: np.ndarray, floor: f
     rs = radices(m)
     offs, twr, twi = _twiddles(m, rs)
     k = np.arange(m + 1)
-    starts, lens, weights = _sparse(fb)
-    return Plan(n_fft, hop, max(n_fft - hop, 0), stft_window(window, n_fft), np.array(rs, np.int64), offs, twr, twi,
-                np.cos(2.0 * np.pi * k / n_fft), -np.sin(2.0 * np.pi * k / n_fft), float(np.float32(floor)),
-                starts, lens, weights, float(np.float32(mel_floor)))
+    starts, lens, weights = _sparse(fb, 0.5 if power == 1 else 0.25)
+    return Plan(n_fft, hop, 0 if center else max(n_fft - hop, 0), stft_window(window, n_fft), np.array(rs, np.int64),
+                offs, twr, twi, np.cos(2.0 * np.pi * k / n_fft), -np.sin(2.0 * np.pi * k / n_fft),
+                float(np.float32(floor)), starts, lens, weights, float(np.float32(mel_floor)), power)
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -883,8 +903,9 @@ _NO_BINS = np.empty((0, 0), np.int32)
 
 def _run(w: np.ndarray, p: Plan, bins: Bins | None, lm: np.ndarray, out_bins: np.ndarray) -> None:
     taus = bins.taus if bins is not None else np.empty(0)
-    frames(w, p.left, p.hop, 0, frame_count(len(w), p.hop), p.window, p.rs, p.offs, p.twr, p.twi, p.rtr, p.rti,
-           p.floor, p.starts, p.lens, p.weights, p.mel_floor, taus, lm, out_bins)
+    t1 = lm.shape[0] if lm.shape[0] else out_bins.shape[0]
+    frames(w, p.left, p.hop, 0, t1, p.window, p.rs, p.offs, p.twr, p.twi, p.rtr, p.rti,
+           p.floor, p.power, p.starts, p.lens, p.weights, p.mel_floor, taus, lm, out_bins)
 
 
 def log_mel(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray:
@@ -914,3 +935,44 @@ def quantize_log_mel(x, bins: Bins, out: np.ndarray | None = None) -> np.ndarray
     quantize_rows(a, bins.centers, bins.lo, bins.hi, bins.inv_step, o)
     return o
 
+
+
+# -- centered frames (center=True, reflect), a peak floor and scale ------------------------
+
+
+def centered_frame_count(samples: int, hop: int) -> int:
+    """``samples // hop``: ``torch.stft(center=True)``'s ``1 + samples // hop`` frames, the
+    last dropped (``stft[..., :-1]``)."""
+    return int(samples) // int(hop)
+
+
+def log_mel_centered(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 [frames, mels]: the log10 mel of ``torch.stft(wave, center=True,
+    pad_mode="reflect")`` without its last frame (``p`` planned with ``center``). The
+    clip must be longer than ``n_fft / 2`` (torch's reflection needs it)."""
+    w = _clip(wave)
+    half = p.n_fft // 2
+    if p.left != 0:
+        raise ValueError("log_mel_centered needs a plan made with center=True")
+    if len(w) <= half:
+        raise ValueError(f"a centered STFT needs more than {half} samples, got {len(w)}")
+    lm = _out(out, (centered_frame_count(len(w), p.hop), p.n_mels), np.float32)
+    if len(lm):
+        _run(np.pad(w, half, mode="reflect"), p, None, lm, _NO_BINS)
+    return lm
+
+
+@numba.njit(nogil=True, cache=True)
+def peak_floor_scale(lm, below, shift, divisor, out):
+    """``out[m, t] = (max(lm[t, m], max(lm) - below) + shift) / divisor``, each step in
+    float32 (torch's ``maximum(x, x.max() - below)``, ``(x + shift) / divisor`` on a
+    float32 tensor; ``below``, ``shift``, ``divisor`` float32)."""
+    top = np.float32(-np.inf)
+    for t in range(lm.shape[0]):
+        for m in range(lm.shape[1]):
+            top = max(top, lm[t, m])
+    low = np.float32(top - below)
+    for t in range(lm.shape[0]):
+        for m in range(lm.shape[1]):
+            v = max(lm[t, m], low)
+            out[m, t] = np.float32(np.float32(v + shift) / divisor)

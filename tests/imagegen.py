@@ -107,3 +107,11 @@ def sixteen_bit_png_rgb(h: int = 5, w: int = 7) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def image_presets() -> list[str]:
+    """The built-in presets whose model takes images: all but the audio-only ones (whose
+    preprocessor_config names a feature extractor, no image processor)."""
+    from sglang_mm_grpc.config import preset_names, resolve
+
+    return [p for p in preset_names() if "image_processor_type" in resolve(p).preprocessor_config]

@@ -12,7 +12,7 @@ from ..core.carriers import FieldLayout
 from .inkling import inkling, inkling2
 from . import llama4, phi3v, phi4mm, pixtral
 from .llava import llava, next as llava_next
-from .qwen import image as qwen_vl
+from .qwen import asr as qwen3_asr, image as qwen_vl
 from .base import C, PROCESSORS, Family, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
 from .video import VideoFamily
@@ -39,6 +39,7 @@ FAMILIES: tuple[Entry[Any], ...] = (
     Entry(llama4.matches, llama4.config_from_hf, llama4.Llama4),
     Entry(inkling.matches, inkling.config_from_hf, inkling.Inkling),
     Entry(inkling2.matches, inkling2.config_from_hf, inkling2.Inkling2),
+    Entry(qwen3_asr.matches, qwen3_asr.config_from_hf, qwen3_asr.Qwen3ASR),
 )
 
 

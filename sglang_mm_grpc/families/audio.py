@@ -39,8 +39,10 @@ class AudioPlan:
 
 
 class AudioFamily(Family[C, G], Generic[C, G, AC]):
-    """A family that takes audio clips besides images. It sets ``audio_token_id`` (the
-    clip's placeholder) and ``audio_field_layout`` (how its tensors split into clips)."""
+    """A family that takes audio clips besides images, or alone (``modalities`` without
+    "image": the driver refuses images and looks for no image placeholder; its ``plan``
+    and ``process_item`` are never reached). It sets ``audio_token_id`` (the clip's
+    placeholder) and ``audio_field_layout`` (how its tensors split into clips)."""
 
     modalities: ClassVar[tuple[str, ...]] = ("image", "audio")
     audio_token_id: int

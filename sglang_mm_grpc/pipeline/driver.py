@@ -218,6 +218,8 @@ class Preprocessor:
         for r in raw:
             (self.family.raw() if r else self.family).warmup()
         audio_driver.warmup(self.family)
+        if "image" not in self.family.modalities:
+            return
         sizes = [(37, 53), (300, 40), (40, 300)]
         sizes.append(self.family.plan(64, 64, 0).resized_size)  # already at target size
         images = [random_png(h, w, seed) for seed, (h, w) in enumerate(sizes)]
@@ -247,6 +249,9 @@ class Preprocessor:
         if audios > self.max_audios:
             raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"{audios} audio clips in one request, over the limit of "
                                   f"{self.max_audios} (max_audios)")
+        if images and "image" not in self.family.modalities:
+            raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.family.name} family takes no images "
+                                  f"({images} image(s) in the request)")
         video_driver.check_family(self.family, videos)
         audio_driver.check_family(self.family, audios)
         if input_ids is not None:
@@ -258,7 +263,9 @@ class Preprocessor:
             ids[images + videos:] = audio_driver.audio_family(self.family).audio_token_id if audios else placeholder
         else:
             ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
-        return Prompt(ids, find_placeholders(ids, placeholder, images),
+        # a family without images looks for no image placeholder (its image token is never used)
+        image_at = find_placeholders(ids, placeholder, images) if "image" in self.family.modalities else np.zeros(0, np.int64)
+        return Prompt(ids, image_at,
                       video_driver.video_placeholders(self.family, ids, videos),
                       audio_driver.audio_placeholders(self.family, ids, audios))
 

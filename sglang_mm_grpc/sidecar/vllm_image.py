@@ -85,6 +85,10 @@ REFUSED = {
                        "service reproduces (its pixels differ; Phi4MultimodalForCausalLM left vLLM in 0.12.0: "
                        "registry.py _PREVIOUSLY_SUPPORTED_MODELS), and its prompt targets are the tokenizer's ids "
                        "of <|image_N|>",
+    "qwen3_asr": "vLLM 0.33.0's gRPC servicer (smg-grpc-servicer 0.14.1, vllm/mm_keys.py modality_name) registers "
+                 "every preprocessed batch that is not VIDEO as an image batch, and Qwen3-ASR takes audio only "
+                 "(model_executor/models/qwen3_asr.py); a vLLM worker takes a clip as media_refs and runs "
+                 "Qwen3ASRProcessor itself",
     "inkling2": "vLLM 0.33.0 has no model for it (model types inkling2 and inkling2_loop are not in "
                 "model_executor/models/registry.py nor vllm/models)",
 }

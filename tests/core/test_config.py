@@ -104,7 +104,7 @@ def test_directory_without_preprocessor_config(tmp_path):
     assert "preprocessor_config.json" in e.value.message
 
 
-@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("preset", imagegen.image_presets())
 def test_every_family_reads_norm_mean_and_norm_std(preset, tmp_path):
     """``norm_mean``/``norm_std`` (some checkpoints' spelling) mean what ``image_mean`` /
     ``image_std`` mean, in every family: same resolved config, same cache key."""

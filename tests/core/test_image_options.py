@@ -14,7 +14,7 @@ import pytest
 import imagegen
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.core.carriers import ImageOptions
-from sglang_mm_grpc.config import preset_names, resolve
+from sglang_mm_grpc.config import resolve
 from sglang_mm_grpc.families import base
 from sglang_mm_grpc.families.qwen.image import LOW_DETAIL_TOKENS
 
@@ -41,11 +41,11 @@ DEFAULT = {"detail high", "detail auto"}  # every other family
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, Preprocessor]:
-    return {name: Preprocessor.from_model(name, cache_bytes=0) for name in preset_names()}
+    return {name: Preprocessor.from_model(name, cache_bytes=0) for name in imagegen.image_presets()}
 
 
 @pytest.mark.parametrize("option", list(OPTIONS))
-@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("preset", imagegen.image_presets())
 def test_every_option_is_accepted_or_refused_as_documented(models, preset, option):
     pp = models[preset]
     honoured = HONOURED.get(pp.family.name, DEFAULT)
@@ -64,7 +64,7 @@ def test_every_option_is_accepted_or_refused_as_documented(models, preset, optio
         assert f"cannot be honoured exactly by the {pp.family.name} family: " in e.value.message
 
 
-@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("preset", imagegen.image_presets())
 def test_nothing_asked_is_the_model_itself(models, preset):
     pp = models[preset]
     for options in (None, ImageOptions(), ImageOptions(detail="auto"), ImageOptions(detail="high")):

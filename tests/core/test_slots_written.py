@@ -13,13 +13,12 @@ import pytest
 
 import imagegen
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc import config
 from sglang_mm_grpc.media.decode import decode_image
 
 SIZES = [(37, 53), (336, 336), (480, 640), (300, 1400), (1400, 300)]
 
 
-@pytest.mark.parametrize("model", config.preset_names())
+@pytest.mark.parametrize("model", imagegen.image_presets())
 def test_process_item_writes_its_whole_slot(model):
     pp = Preprocessor.from_model(model, cache_bytes=0)
     family = pp.family

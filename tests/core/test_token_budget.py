@@ -19,7 +19,6 @@ from PIL import Image
 
 import imagegen
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
-from sglang_mm_grpc import config
 from sglang_mm_grpc.pipeline import driver
 from sglang_mm_grpc.pipeline.driver import DEFAULT_MAX_IMAGE_TOKENS
 from sglang_mm_grpc.media.decode import decode_image, open_image
@@ -34,7 +33,7 @@ def _refusal(pp, raws, **kwargs) -> PreprocessError:
     return e.value
 
 
-@pytest.mark.parametrize("model", config.preset_names())
+@pytest.mark.parametrize("model", imagegen.image_presets())
 def test_the_default_budget_takes_a_12_megapixel_photo(model):
     """4032x3024 either way up, as a phone camera takes it, fits every preset."""
     pp = Preprocessor.from_model(model, cache_bytes=0)
@@ -49,7 +48,7 @@ def test_the_default_bounds_a_family_that_never_downscales():
     assert Preprocessor.from_model(QWEN2).family.plan(6000, 8000, 0).token_count <= DEFAULT_MAX_IMAGE_TOKENS
 
 
-@pytest.mark.parametrize("model", config.preset_names())
+@pytest.mark.parametrize("model", imagegen.image_presets())
 def test_every_family_refuses_an_image_over_the_budget(model):
     """An image of a request expands into more tokens than the budget: the request fails,
     the message names the image, its size, its count, the budget and who set it (image 1,

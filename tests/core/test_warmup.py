@@ -11,7 +11,6 @@ from numba.core.dispatcher import Dispatcher
 
 import imagegen
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc import config
 
 
 def _compiled() -> dict[str, int]:
@@ -38,7 +37,7 @@ def _images() -> list[bytes]:
     ]
 
 
-@pytest.mark.parametrize("model", config.preset_names())
+@pytest.mark.parametrize("model", imagegen.image_presets())
 def test_no_request_compiles_after_warmup(model):
     pp = Preprocessor.from_model(model, cache_bytes=0)
     pp.warmup()

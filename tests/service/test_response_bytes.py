@@ -16,7 +16,6 @@ import imagegen
 from service_support import item_rows, prompt, wire_array
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.wire import assemble as asm, tensors, serialize as wire
-from sglang_mm_grpc import config
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 
 BACKENDS = ("sglang", "vllm", "trtllm", "tokenspeed")
@@ -27,7 +26,7 @@ def outputs():
     """Every preset's output for two images of different sizes."""
     images = [imagegen.jpeg(200, 300, seed=1), imagegen.jpeg(260, 120, seed=2)]
     out = {}
-    for name in config.preset_names():
+    for name in imagegen.image_presets():
         pp = Preprocessor.from_model(name, cache_bytes=0)
         out[name] = (pp, pp.preprocess(images, prompt(pp, 2)))
     return out

@@ -20,7 +20,6 @@ import imagegen
 from service_support import expected_sglang, expected_tokenspeed, expected_trtllm, expected_vllm, prompt, without
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.wire import assemble
-from sglang_mm_grpc.config import preset_names
 from stub_backends import sglang_stub, tokenspeed_stub, trtllm_stub, vllm_stub
 
 RAWS = [imagegen.jpeg(90, 140, seed=61), imagegen.png(70, 50, seed=62)]
@@ -35,7 +34,7 @@ def payload(out, backend, layout):
     return assemble.assemble(out, backend, layout).message()
 
 
-@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("preset", imagegen.image_presets())
 def test_every_preset_every_backend(preset):
     pp = Preprocessor.from_model(preset)
     ids = prompt(pp, len(RAWS))

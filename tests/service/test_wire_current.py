@@ -26,7 +26,6 @@ from service_support import (BACKENDS, expected_sglang, expected_tokenspeed, exp
                              prompt, without)
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.client import Client, payload_options
-from sglang_mm_grpc.config import preset_names
 
 CASES = {
     "one": [imagegen.jpeg(90, 140, seed=71)],
@@ -43,7 +42,7 @@ VARIANTS = {
     "tokenspeed": [("inline", "bfloat16"), ("inline", "float32"), ("inline", "float16"), ("shm", "bfloat16"),
                    ("shm", "float32")],
 }
-PRESETS = preset_names()
+PRESETS = imagegen.image_presets()
 
 
 @pytest.fixture(scope="module")

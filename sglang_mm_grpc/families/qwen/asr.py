@@ -1,0 +1,245 @@
+"""Qwen3-ASR: audio only, HF ``Qwen3ASRFeatureExtractor`` + ``Qwen3ASRProcessor``
+(transformers 5.24), one mono 16 kHz clip at a time, as vLLM 0.33 runs them.
+
+The extractor (``models/qwen3_asr/feature_extraction_qwen3_asr.py``): a clip shorter than
+``min_length`` (8000) samples is zero-padded to it (``__call__``, "matching the original
+Qwen3-ASR library"), then ``_torch_extract_fbank_features``: ``torch.stft(n_fft=400,
+hop=160, window=hann_window(400), center=True)`` (reflect padding), ``stft[..., :-1]``
+(the last frame dropped), ``abs() ** 2``, the slaney mel filters (128 bands, 0-8000 Hz,
+float64 cast to float32) as a float32 matmul, ``clamp(min=1e-10).log10()``, the clip's
+maximum less 8 as a floor, ``(x + 4) / 4``: float32 ``[128, T]``, ``T = max(L, 8000) //
+160``. The processor's ``padding=True`` pads a batch to its longest clip, which changes
+a shorter clip's features (its reflection reads the zeros, its max covers the padded
+frames); vLLM (``model_executor/models/qwen3_asr.py:282-309``, ``_call_hf_processor``)
+therefore calls the processor on each clip alone, and so does this family. The mel axis
+is then zero-padded to a multiple of ``2 * n_window`` (100) with a 0 mask; vLLM keeps the
+masked frames only (``_postprocess_hf_mm_data``, 311-329).
+
+Tokens: ``_get_audio_token_length`` (``processing_qwen3_asr.py:410-418``, vLLM's
+``_get_feat_extract_output_lengths``, ``qwen3_asr.py:175-181``): ``13 * (T // 100)`` plus
+the three stride-2 convolutions of the last ``T % 100`` frames. The clip's placeholder
+``<|audio_pad|>`` (``audio_token_id`` 151676, ``configuration_qwen3_asr.py:119``) becomes
+that many ``<|audio_pad|>``; ``<|audio_start|>`` / ``<|audio_end|>`` around it stay ordinary
+tokens (vLLM's replacement is ``[audio_token_id] * n``), whose ids the checkpoint's tokenizer
+holds (not its config.json), so they are not named here.
+
+Tensors: the layout the gateway sends TokenSpeed (smg ``registry/qwen3_asr.rs:147-160``,
+``audio/processors/qwen3_audio.rs:205-268``): ``input_audio_features`` float32 ``[clips,
+128, Tmax]`` (each clip's frames, zero after them), ``feature_attention_mask`` int64
+``[clips, Tmax]`` and ``audio_feature_lengths`` int64 ``[clips]``, all batched. TokenSpeed
+gets one item per clip (``[1, 128, Tmax]``, its mask row and length); a one-clip request
+carries no padding. vLLM's model takes this form as well as its own flat one
+(``qwen3_asr.py:479-497``: "inputs features from rust frontend is batched and padded",
+unpadded by ``audio_feature_lengths``); its own processor's ``input_audio_features`` is
+``flat_from_sizes(dim=1)`` (248-257), a split on dim 1 that ``FieldLayout`` does not
+express. The mask and lengths are kept on the CPU there (``keep_on_cpu=True``).
+
+Images and videos: none (FAILED_PRECONDITION, ``modalities`` is ``("audio",)``). The
+image token the contract asks for is ``<|image_pad|>`` (151655 in Qwen3's vocabulary), never
+the audio one; no request reaches it.
+
+Exactness (``kernels.logmel``): the log-mel is computed in float64 from the float32
+windowed frames (torch's own float32 window, an ulp or so from torch's on a few values)
+and rounded once; the reference's float32 FFT and matmul decide its last digits, so the
+features are within a measured bound, not equal (``tests/audio/test_qwen3_asr.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...core.carriers import AudioOptions, DecodedImage, FieldLayout
+from ...core.errors import Code, PreprocessError
+from ...core.layout import Expansion
+from ...kernels import logmel
+from .. import hf_keys
+from ..audio import AudioFamily, AudioPlan
+from ..base import Aux, ItemPlan
+
+MODEL_TYPES = ("qwen3_asr",)
+EXTRACTOR = "Qwen3ASRFeatureExtractor"
+#: ``clamp(min=1e-10)`` of the mel.
+FLOOR = 1e-10
+#: Tokens per full chunk of ``2 * n_window`` frames (three stride-2 convolutions of 100).
+CHUNK_TOKENS = 13
+
+
+@dataclass(frozen=True)
+class Qwen3ASRAudioConfig:
+    """The extractor's knobs (``preprocessor_config.json``): transformers 5.24's
+    ``Qwen3ASRFeatureExtractor.__init__`` defaults."""
+
+    feature_size: int = 128
+    sampling_rate: int = 16_000
+    hop_length: int = 160
+    n_fft: int = 400
+    n_window: int = 50
+    min_length: int = 8000
+
+    def __post_init__(self) -> None:
+        if min(self.feature_size, self.sampling_rate, self.hop_length, self.n_fft, self.n_window) <= 0 or (
+                self.n_fft % 2 or self.min_length < 0):
+            raise hf_keys.ConfigError(f"Qwen3-ASR audio sizes must be positive (an even n_fft): {self}")
+
+
+@dataclass(frozen=True)
+class Qwen3ASRConfig:
+    audio_token_id: int = 151676  # <|audio_pad|>
+    image_token_id: int = 151655  # <|image_pad|>: never used, distinct from the audio token
+    audio: Qwen3ASRAudioConfig = Qwen3ASRAudioConfig()
+
+
+def audio_config_from_hf(fe: dict) -> Qwen3ASRAudioConfig:
+    d, g = Qwen3ASRAudioConfig(), hf_keys.get
+    dither = g(fe, "dither", default=0.0)
+    if dither:
+        raise hf_keys.ConfigError(f"dither={dither} adds random noise: not reproducible, not supported")
+    return Qwen3ASRAudioConfig(
+        feature_size=hf_keys.as_int(g(fe, "feature_size", default=d.feature_size), "feature_size"),
+        sampling_rate=hf_keys.as_int(g(fe, "sampling_rate", default=d.sampling_rate), "sampling_rate"),
+        hop_length=hf_keys.as_int(g(fe, "hop_length", default=d.hop_length), "hop_length"),
+        n_fft=hf_keys.as_int(g(fe, "n_fft", default=d.n_fft), "n_fft"),
+        n_window=hf_keys.as_int(g(fe, "n_window", default=d.n_window), "n_window"),
+        min_length=int(g(fe, "min_length", default=d.min_length)),
+    )
+
+
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> Qwen3ASRConfig:
+    """From preprocessor_config.json (or processor_config.json's ``feature_extractor``) and
+    config.json (top level, or vLLM's original layout under ``thinker_config``)."""
+    d = Qwen3ASRConfig()
+    fe = preprocessor if preprocessor.get("feature_extractor_type") else (processor or {}).get("feature_extractor") or {}
+    top = {**(config.get("thinker_config") or {}), **config}
+    return Qwen3ASRConfig(
+        audio_token_id=hf_keys.token_id(top, "audio_token_id", "audio_token_index", default=d.audio_token_id),
+        audio=audio_config_from_hf(fe),
+    )
+
+
+def matches(preprocessor: dict, config: dict) -> bool:
+    if config.get("model_type") in MODEL_TYPES:
+        return True
+    return not config.get("model_type") and preprocessor.get("feature_extractor_type") == EXTRACTOR
+
+
+def frames_for(samples: int, cfg: Qwen3ASRAudioConfig) -> int:
+    """``max(samples, min_length) // hop``: the extractor's mask sum."""
+    return max(int(samples), cfg.min_length) // cfg.hop_length
+
+
+def token_count(frames: int, n_window: int = 50) -> int:
+    """``_get_audio_token_length`` of ``frames`` mel frames (Python's floor division, as torch's)."""
+    chunk = 2 * n_window
+    feat = (frames % chunk - 1) // 2 + 1
+    return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (frames // chunk) * CHUNK_TOKENS
+
+
+def mel_filters(cfg: Qwen3ASRAudioConfig) -> np.ndarray:
+    """float32 [feature_size, n_fft // 2 + 1]: the extractor's filters (``max_frequency``
+    8000 Hz, fixed there, whatever the rate)."""
+    bank = logmel.mel_filter_bank(cfg.n_fft // 2 + 1, cfg.feature_size, 0.0, 8000.0, cfg.sampling_rate,
+                                  norm="slaney", mel_scale="slaney")
+    return np.ascontiguousarray(bank.T, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(cfg: Qwen3ASRAudioConfig) -> logmel.Plan:
+    return logmel.plan(cfg.n_fft, cfg.hop_length, logmel.hann_window(cfg.n_fft), mel_filters(cfg), 0.0, FLOOR,
+                       power=2, center=True)
+
+
+def features(wave, cfg: Qwen3ASRAudioConfig, total: int | None = None) -> np.ndarray:
+    """float32 [feature_size, frames]: the extractor's ``input_features`` of one mono clip
+    (its mask's frames), the clip zero-padded to ``total`` samples (default
+    ``max(len, min_length)``) first."""
+    w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
+    n = max(len(w), cfg.min_length) if total is None else total
+    if len(w) != n:
+        w = np.concatenate([w[:n], np.zeros(max(n - len(w), 0), np.float32)])
+    lm = logmel.log_mel_centered(w, _plan(cfg))
+    out = np.empty((lm.shape[1], lm.shape[0]), np.float32)
+    if lm.shape[0]:
+        logmel.peak_floor_scale(lm, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)
+    return out
+
+
+@dataclass(frozen=True)
+class AudioTarget:
+    config: Qwen3ASRAudioConfig
+    max_samples: int | None = None  # truncation=True, max_length (None: the whole clip)
+
+    def total(self, samples: int) -> int:
+        """The samples the STFT reads: the clip zero-padded to ``min_length``, then cut to
+        ``max_samples`` (the extractor pads first, ``pad(truncation=True)`` cuts after)."""
+        n = max(int(samples), self.config.min_length)
+        return n if self.max_samples is None else min(n, self.max_samples)
+
+
+class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, AudioTarget]):
+    name = "qwen3_asr"
+    modalities = ("audio",)
+    processors = ("torch",)
+    audio_features_key = "input_audio_features"
+
+    def __init__(self, config: Qwen3ASRConfig):
+        if config.image_token_id == config.audio_token_id:
+            raise hf_keys.ConfigError("the image token must differ from the audio token")
+        self.config = config
+        self.reference_processor = "Qwen3ASRFeatureExtractor + Qwen3ASRProcessor (one clip per call, as vLLM)"
+        self.image_token_id = config.image_token_id
+        self.field_layout = FieldLayout()
+        self.audio_token_id = config.audio_token_id
+        keys = ("input_audio_features", "feature_attention_mask", "audio_feature_lengths")
+        self.audio_field_layout = FieldLayout(batched=keys, keep_on_cpu=keys[1:], encoder_input_key=keys[0])
+
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images", item=item)
+
+    def process_item(self, image: DecodedImage, plan: ItemPlan[None], out: np.ndarray) -> Aux:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images")
+
+    def token_ids(self) -> dict[str, int]:
+        return {"audio": self.config.audio_token_id}
+
+    def audio_config(self, options: AudioOptions | None = None) -> AudioTarget:
+        cfg = self.config.audio
+        if options is None or options.max_seconds is None:
+            return AudioTarget(cfg)
+        return AudioTarget(cfg, max(1, int(options.max_seconds * cfg.sampling_rate)))
+
+    def sampling_rate(self, config: AudioTarget) -> int:
+        return config.config.sampling_rate
+
+    def plan_audio(self, config: AudioTarget, samples: int, item: int) -> AudioPlan:
+        if samples <= 0:
+            raise PreprocessError(Code.INVALID_ARGUMENT, "the clip has no samples", item=item, kind="audio")
+        total = config.total(samples)
+        frames = total // config.config.hop_length
+        if frames == 0 or total <= config.config.n_fft // 2:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"{total} samples make no feature frame (hop "
+                                  f"{config.config.hop_length}, n_fft {config.config.n_fft})", item=item, kind="audio")
+        tokens = token_count(frames, config.config.n_window)
+        return AudioPlan(min(samples, total), frames, Expansion.repeat(self.audio_token_id, tokens))
+
+    def process_audio(self, config: AudioTarget, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+        feats = features(wave[:plan.samples], config.config, config.total(plan.samples))
+        return {"input_audio_features": feats, "audio_feature_lengths": np.array([plan.frames], np.int64)}
+
+    def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        lengths = np.concatenate([c["audio_feature_lengths"] for c in clips])
+        longest = int(lengths.max())
+        feats = np.zeros((len(clips), clips[0]["input_audio_features"].shape[0], longest), np.float32)
+        mask = np.zeros((len(clips), longest), np.int64)
+        for i, c in enumerate(clips):
+            n = int(lengths[i])
+            feats[i, :, :n] = c["input_audio_features"]
+            mask[i, :n] = 1
+        return {"input_audio_features": feats, "feature_attention_mask": mask, "audio_feature_lengths": lengths}
+
+    def warmup(self) -> None:
+        cfg = self.config.audio
+        for n in (1, cfg.min_length + 3 * cfg.hop_length + 7):
+            features(np.zeros(n, np.float32), cfg)
