@@ -25,6 +25,14 @@ from .base import C, Family, G
 AC = TypeVar("AC")
 
 
+def kept_samples(options: AudioOptions | None, rate: int) -> int | None:
+    """The samples ``options.max_seconds`` keeps of a clip at ``rate`` (the extractor's
+    ``truncation=True`` with ``max_length``; at least one), or None for the whole clip."""
+    if options is None or options.max_seconds is None:
+        return None
+    return max(1, int(options.max_seconds * rate))
+
+
 @dataclass(frozen=True)
 class AudioPlan:
     """What one clip becomes, from its sample count at the extractor's rate."""

@@ -124,14 +124,14 @@ def test_bfloat16_roundings_differ_rarely_by_one_ulp():
 
 def test_truncation_cuts_after_the_min_length_padding():
     family = asr.Qwen3ASR(asr.Qwen3ASRConfig())
-    target = asr.AudioTarget(CFG, int(META["trunc"]))
+    target = asr.ExtractorCall(CFG, int(META["trunc"]))
     w = wave("five_s")
     plan = family.plan_audio(target, len(w), 0)
     assert plan.frames == int(DATA["trunc/mask"].sum()) == DATA["trunc/feat"].shape[1]
     assert plan.token_count == int(DATA["trunc/tokens"]) and plan.samples == META["trunc"]
     out = family.process_audio(target, w, plan)["input_audio_features"]
     assert np.abs(out - DATA["trunc/feat"]).max() <= FEAT_TOL
-    short = family.plan_audio(asr.AudioTarget(CFG, 4000), 1000, 0)  # padded to 8000, cut to 4000
+    short = family.plan_audio(asr.ExtractorCall(CFG, 4000), 1000, 0)  # padded to 8000, cut to 4000
     assert (short.samples, short.frames) == (1000, 25)
 
 
@@ -198,7 +198,7 @@ def test_config_from_hf():
 def test_too_few_samples_are_refused():
     family = asr.Qwen3ASR(asr.Qwen3ASRConfig())
     with pytest.raises(PreprocessError, match="no feature frame") as e:
-        family.plan_audio(asr.AudioTarget(CFG, 100), 5000, 2)
+        family.plan_audio(asr.ExtractorCall(CFG, 100), 5000, 2)
     assert e.value.code is Code.INVALID_ARGUMENT and e.value.item == 2
 
 

@@ -43,7 +43,7 @@ from ...core.layout import Expansion
 from .. import hf_keys
 from ...core.carriers import AudioOptions
 from ...core.errors import Code, PreprocessError
-from ..audio import AudioFamily, AudioPlan
+from ..audio import AudioFamily, AudioPlan, kept_samples
 from ..base import CLIP_MEAN, CLIP_STD, Aux, FieldLayout, ImageOptions, ItemPlan, Normalization
 from . import audio as inkling_audio
 
@@ -139,7 +139,7 @@ def pad_values(config: Normalization, make=normalize.torchvision_backend_values)
 
 
 @dataclass(frozen=True)
-class AudioTarget:
+class ExtractorCall:
     """The extractor a request's options configure: the model's, and the samples kept."""
 
     config: inkling_audio.InklingAudioConfig
@@ -150,7 +150,7 @@ class AudioTarget:
         return self.config.sampling_rate
 
 
-class Inkling(AudioFamily[InklingConfig, Grid, AudioTarget]):
+class Inkling(AudioFamily[InklingConfig, Grid, ExtractorCall]):
     name = "inkling"
     processors = PROCESSORS
     audio_features_key = "input_audio_features"
@@ -226,23 +226,21 @@ class Inkling(AudioFamily[InklingConfig, Grid, AudioTarget]):
 
     # -- audio -----------------------------------------------------------------------------
 
-    def audio_config(self, options: AudioOptions | None = None) -> AudioTarget:
+    def audio_config(self, options: AudioOptions | None = None) -> ExtractorCall:
         cfg = self.config.audio
-        if options is None or options.max_seconds is None:
-            return AudioTarget(cfg)
-        return AudioTarget(cfg, max(1, int(options.max_seconds * cfg.sampling_rate)))
+        return ExtractorCall(cfg, kept_samples(options, cfg.sampling_rate))
 
-    def sampling_rate(self, config: AudioTarget) -> int:
+    def sampling_rate(self, config: ExtractorCall) -> int:
         return config.sampling_rate
 
-    def plan_audio(self, config: AudioTarget, samples: int, item: int) -> AudioPlan:
+    def plan_audio(self, config: ExtractorCall, samples: int, item: int) -> AudioPlan:
         kept = samples if config.max_samples is None else min(samples, config.max_samples)
         if kept <= 0:
             raise PreprocessError(Code.INVALID_ARGUMENT, "the clip has no samples", item=item, kind="audio")
         frames = inkling_audio.frames_for(kept, config.config)
         return AudioPlan(kept, frames, Expansion.repeat(self.audio_token_id, frames))
 
-    def process_audio(self, config: AudioTarget, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+    def process_audio(self, config: ExtractorCall, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
         return {"input_audio_features": inkling_audio.dmel(wave[:plan.samples], config.config),
                 "num_audio_tokens": np.array([plan.frames], dtype=np.int64)}
 

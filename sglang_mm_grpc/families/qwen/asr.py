@@ -56,7 +56,7 @@ from ...core.errors import Code, PreprocessError
 from ...core.layout import Expansion
 from ...kernels import logmel
 from .. import hf_keys
-from ..audio import AudioFamily, AudioPlan
+from ..audio import AudioFamily, AudioPlan, kept_samples
 from ..base import Aux, ItemPlan
 
 MODEL_TYPES = ("qwen3_asr",)
@@ -167,7 +167,9 @@ def features(wave, cfg: Qwen3ASRAudioConfig, total: int | None = None) -> np.nda
 
 
 @dataclass(frozen=True)
-class AudioTarget:
+class ExtractorCall:
+    """The extractor a request's options configure: the model's, and the samples kept."""
+
     config: Qwen3ASRAudioConfig
     max_samples: int | None = None  # truncation=True, max_length (None: the whole clip)
 
@@ -178,7 +180,7 @@ class AudioTarget:
         return n if self.max_samples is None else min(n, self.max_samples)
 
 
-class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, AudioTarget]):
+class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, ExtractorCall]):
     name = "qwen3_asr"
     modalities = ("audio",)
     processors = ("torch",)
@@ -204,16 +206,14 @@ class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, AudioTarget]):
     def token_ids(self) -> dict[str, int]:
         return {"audio": self.config.audio_token_id}
 
-    def audio_config(self, options: AudioOptions | None = None) -> AudioTarget:
+    def audio_config(self, options: AudioOptions | None = None) -> ExtractorCall:
         cfg = self.config.audio
-        if options is None or options.max_seconds is None:
-            return AudioTarget(cfg)
-        return AudioTarget(cfg, max(1, int(options.max_seconds * cfg.sampling_rate)))
+        return ExtractorCall(cfg, kept_samples(options, cfg.sampling_rate))
 
-    def sampling_rate(self, config: AudioTarget) -> int:
+    def sampling_rate(self, config: ExtractorCall) -> int:
         return config.config.sampling_rate
 
-    def plan_audio(self, config: AudioTarget, samples: int, item: int) -> AudioPlan:
+    def plan_audio(self, config: ExtractorCall, samples: int, item: int) -> AudioPlan:
         if samples <= 0:
             raise PreprocessError(Code.INVALID_ARGUMENT, "the clip has no samples", item=item, kind="audio")
         total = config.total(samples)
@@ -224,7 +224,7 @@ class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, AudioTarget]):
         tokens = token_count(frames, config.config.n_window)
         return AudioPlan(min(samples, total), frames, Expansion.repeat(self.audio_token_id, tokens))
 
-    def process_audio(self, config: AudioTarget, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+    def process_audio(self, config: ExtractorCall, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
         feats = features(wave[:plan.samples], config.config, config.total(plan.samples))
         return {"input_audio_features": feats, "audio_feature_lengths": np.array([plan.frames], np.int64)}
 
