@@ -36,7 +36,6 @@ without it and a clip then gets FAILED_PRECONDITION.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import io
 import struct
 import time
@@ -47,6 +46,7 @@ import numpy as np
 from ..core.carriers import AudioMeta
 from ..core.errors import Code, PreprocessError
 from ..kernels import audio_resample
+from .video import video_available as audio_available  # PyAV (the `video` extra) decodes both
 
 INSTALL_HINT = ("audio needs the `video` extra (PyAV): pip install 'sglang-mm-grpc[video]' "
                 "(./scripts/serve and ./scripts/test install it)")
@@ -74,12 +74,6 @@ class AudioLimits:
         is cut off here rather than read to its end (16 samples a packet is FLAC's
         smallest block)."""
         return self.max_decoded_samples // 16 + 4096
-
-
-@functools.lru_cache(maxsize=1)
-def audio_available() -> bool:
-    """Whether PyAV is installed (the ``video`` extra)."""
-    return importlib.util.find_spec("av") is not None
 
 
 def _av():

@@ -323,6 +323,7 @@ class Preprocessor:
         video_hashes: Sequence[str | None] | None = None, deadline: float | None = None, raw: bool = False,
         encoder_budget: int = 0, scope: str = "", check_size: CheckSize | None = None, audios: Sequence[bytes] = (),
         audio_options: AudioOptions | None = None, per_audio_options: Sequence[AudioOptions | None] | None = None,
+        audio_hashes: Sequence[str | None] | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (the RPC cancelled, its deadline passed) and the request stops at
         the next image boundary with CANCELLED. ``use_cache`` False: the cache is neither
@@ -333,11 +334,10 @@ class Preprocessor:
         ``image_options[i]``: what the request / image i asks (``configure``); each image
         says its effective values. ``hashes[i]``: image i's blake3 when known. ``videos``
         (``video_driver``) and ``audios`` (``audio_driver``), with their options and hashes
-        as for images; ``deadline``: a ``time.monotonic()`` decoding must end by.
-        ``raw``: uint8 pixels before rescale and normalize, for an engine that normalizes
-        on the device. ``encoder_budget``: the most feature tokens per item (0: none).
-        ``scope``: whose cache entries it may hit ("": anyone's). ``check_size(expanded
-        ids, pixel elements)``: the caller's bound, before the layout and any pixel work."""
+        as for images; ``deadline``: a ``time.monotonic()`` decoding must end by. ``raw``: uint8
+        pixels before rescale and normalize (for an engine normalizing on the device). The most
+        feature tokens per item: ``encoder_budget`` (0: none). ``scope``: whose cache entries it
+        may hit. ``check_size(expanded ids, pixel elements)``: the caller's bound, checked first."""
         t0 = time.perf_counter()
         images, videos, audios = _encoded(images), _encoded(videos, "video"), _encoded(audios, "audio clip")
         prompt = self.check_request(len(images), input_ids, len(videos), len(audios))
@@ -348,7 +348,7 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         admitted, vadmitted = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                               cancel)
-        aadmitted = self._admit_audios(audios, audio_options, per_audio_options, deadline, cancel)
+        aadmitted = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, deadline, cancel)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         self._check_size(prompt, plans, [v.plan for v in vadmitted], check_size, aadmitted)
@@ -383,7 +383,7 @@ class Preprocessor:
         per_video_options: Sequence[VideoOptions | None] | None = None,
         video_hashes: Sequence[str | None] | None = None, encoder_budget: int = 0, scope: str = "",
         check_size: CheckSize | None = None, audios: Sequence[bytes] = (), audio_options: AudioOptions | None = None,
-        per_audio_options: Sequence[AudioOptions | None] | None = None,
+        per_audio_options: Sequence[AudioOptions | None] | None = None, audio_hashes: Sequence[str | None] | None = None,
     ) -> PlanOutput:
         """What ``preprocess`` with the same arguments will produce, from the image headers
         alone: per image its hash, sizes, grid, token count, ranges, effective options and
@@ -405,7 +405,8 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         planned, vplanned = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                             cancel, peek=True)
-        aplanned = self._admit_audios(audios, audio_options, per_audio_options, None, cancel, header_only=True)
+        aplanned = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, None, cancel,
+                                      header_only=True)
         self._check_size(prompt, [a.plan for a in planned], [v.plan for v in vplanned], check_size, aplanned)
         laid = self._layout(prompt, [a.plan for a in planned], vplanned, aplanned)
         return PlanOutput(
@@ -474,16 +475,16 @@ class Preprocessor:
         return self.family.positions(laid.applied, plans)
 
     def _admit_audios(self, audios: list, options: AudioOptions | None,
-                      per_audio: Sequence[AudioOptions | None] | None, deadline: float | None,
-                      cancel: threading.Event | None, header_only: bool = False
+                      per_audio: Sequence[AudioOptions | None] | None, hashes: Sequence[str | None] | None,
+                      deadline: float | None, cancel: threading.Event | None, header_only: bool = False
                       ) -> list[audio_driver.AdmittedAudio[Any]]:
         """Every clip decoded, resampled and planned (``header_only``: planned from its header)."""
         targets = audio_driver.configure(self.family, len(audios), self.max_audio_tokens, options, per_audio)
         if header_only:
             return self._each(lambda i: audio_driver.plan_only(self.family, audios[i], i, targets[i],
-                                                               self.audio_limits), len(audios), cancel)
+                                                               self.audio_limits, _known(hashes, i)), len(audios), cancel)
         return self._each(lambda i: audio_driver.admit(self.family, audios[i], i, targets[i], self.audio_limits,
-                                                       deadline=deadline), len(audios), cancel)
+                                                       _known(hashes, i), deadline), len(audios), cancel)
 
     def _each(self, fn: Callable[[int], R], count: int, cancel: threading.Event | None) -> list[R]:
         return fan_out(fn, count, self.executor, cancel, self.work)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from .._proto.sglang_mm.v1 import preprocessor_pb2 as pb
-from ..core.carriers import AudioOptions, ImageOptions, VideoOptions
+from ..core.carriers import ImageOptions
 from ..core.errors import Code, PreprocessError
 from ..media.sources import describe as describe_source
 from ..pipeline.driver import Preprocessor
@@ -39,39 +39,25 @@ class Fetch(Protocol):
 
 
 @dataclass(frozen=True)
-class Videos:
-    """A request's videos after their fetch."""
+class Clips:
+    """A request's videos or audio clips after their fetch."""
 
+    kind: str  # "video" or "audio": the prefix of their keyword arguments
     raw: list  # encoded bytes, in order
     media: Media
-    options: VideoOptions | None  # the request's video_options
-    per_video: list | None  # each MediaItem's video_options (None where unset), or None
+    options: object  # the request's video_options / audio_options (VideoOptions / AudioOptions), or None
+    per_item: list | None  # each MediaItem's own options (None where unset), or None
 
     def arguments(self) -> dict:
-        """The video keyword arguments of ``Preprocessor.preprocess`` / ``plan`` (none without videos)."""
+        """Their keyword arguments of ``Preprocessor.preprocess`` / ``plan`` (none without any)."""
         if not self.raw:
             return {}
-        return {"videos": self.raw, "video_options": self.options, "per_video_options": self.per_video,
-                "video_hashes": self.media.hashes}
+        k = self.kind
+        return {f"{k}s": self.raw, f"{k}_options": self.options, f"per_{k}_options": self.per_item,
+                f"{k}_hashes": self.media.hashes}
 
 
-@dataclass(frozen=True)
-class Audios:
-    """A request's audio clips after their fetch."""
-
-    raw: list  # encoded bytes, in order
-    media: Media
-    options: AudioOptions | None  # the request's audio_options
-    per_audio: list | None  # each MediaItem's audio_options (None where unset), or None
-
-    def arguments(self) -> dict:
-        """The audio keyword arguments of ``Preprocessor.preprocess`` / ``plan`` (none without clips)."""
-        if not self.raw:
-            return {}
-        return {"audios": self.raw, "audio_options": self.options, "per_audio_options": self.per_audio}
-
-
-NO_AUDIOS = Audios([], Media([], [], [], ""), None, None)
+NO_AUDIOS = Clips("audio", [], Media([], [], [], ""), None, None)
 
 
 @dataclass(frozen=True)
@@ -85,11 +71,11 @@ class Request:
     image_options: list | None  # each MediaItem's options (None where unset), or None
     media: Media
     max_image_tokens: int | None  # the request's budget per image (None: the model's)
-    videos: Videos
+    videos: Clips
     resolved: Resolved  # its payload options: raw pixels, the worker's limits
     check_size: Callable  # what its plans may make (``size_check``)
     deadline: float | None = None  # time.monotonic() the call must end by (None: no deadline)
-    audios: Audios = NO_AUDIOS
+    audios: Clips = NO_AUDIOS
 
 
 class Intake:
@@ -133,8 +119,8 @@ class Intake:
         rec.video_bytes = sum(len(b) for b in raw[n:m])
         check = size_check(request, pp, resolved, self.transport.max_send_bytes, self.store.max_bytes)
         return Request(pp, raw[:n], input_ids, options, image_options, media, request.max_image_tokens or None,
-                       Videos(raw[n:m], vmedia, video_options, per_video), resolved, check, deadline.at,
-                       Audios(raw[m:], amedia, audio_options, per_audio) if audios else NO_AUDIOS)
+                       Clips("video", raw[n:m], vmedia, video_options, per_video), resolved, check, deadline.at,
+                       Clips("audio", raw[m:], amedia, audio_options, per_audio) if audios else NO_AUDIOS)
 
 
 def _items(pp: Preprocessor, images: int, videos: int, audios: int) -> list[tuple]:

@@ -121,3 +121,12 @@ def test_no_clip_compiles_after_warmup():
     pp.preprocess([], audios=clips)
     after = compiled()
     assert {k: n for k, n in after.items() if n != before.get(k, 0)} == {}
+
+
+def test_a_known_hash_is_not_computed_again(pp):
+    """A clip named by media id comes with its blake3 (the store's key): the driver takes it."""
+    clip = audiogen.clip(seconds=0.3, rate=16000, channels=1, fmt="wav_s16")
+    known = "ab" * 32
+    assert pp.preprocess([], audios=[clip], audio_hashes=[known]).audios[0].hash == known
+    assert pp.plan([], audios=[clip], audio_hashes=[known]).audios[0].hash == known
+    assert pp.preprocess([], audios=[clip]).audios[0].hash != known
