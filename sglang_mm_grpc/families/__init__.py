@@ -12,7 +12,7 @@ from ..core.carriers import FieldLayout
 from .inkling import inkling, inkling2
 from . import llama4, phi3v, phi4mm, pixtral
 from .llava import llava, next as llava_next
-from .qwen import asr as qwen3_asr, image as qwen_vl
+from .qwen import asr as qwen3_asr, image as qwen_vl, omni as qwen3_omni
 from .base import C, PROCESSORS, Family, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
 from .video import VideoFamily
@@ -31,6 +31,8 @@ class Entry(Generic[C]):
 FAMILIES: tuple[Entry[Any], ...] = (
     # Before any LLaVA entry: Pixtral-12B is model_type "llava" with a pixtral tower.
     Entry(pixtral.matches, pixtral.config_from_hf, pixtral.Pixtral),
+    # Before Qwen-VL, which claims every Qwen2VLImageProcessor checkpoint.
+    Entry(qwen3_omni.matches, qwen3_omni.config_from_hf, qwen3_omni.Qwen3Omni),
     Entry(qwen_vl.matches, qwen_vl.config_from_hf, qwen_vl.QwenVL),
     Entry(llava_next.matches, llava_next.config_from_hf, llava_next.LlavaNext),
     Entry(llava.matches, llava.config_from_hf, llava.Llava),

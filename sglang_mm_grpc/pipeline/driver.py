@@ -466,13 +466,12 @@ class Preprocessor:
 
     def _positions(self, laid: Layout, plans: list[ItemPlan[Any]],
                    videos: Sequence[video_driver.AdmittedVideo[Any, Any]], audios: Sequence[Any]):
-        """The family's rotary positions (None where it has none); no family with them takes audio."""
-        if audios and self.family.uses_mrope:
-            raise PreprocessError(Code.UNIMPLEMENTED, f"the {self.family.name} family's positions over audio clips")
+        """The family's rotary positions (None where it has none). Audio tokens take text
+        positions (Qwen3-Omni's ``get_rope_index``, the one family with both)."""
         if videos:
             items = video_driver.items(self.family, videos, laid.videos.structural_ranges)
             return self.family.positions(laid.images, plans, items)
-        return self.family.positions(laid.applied, plans)
+        return self.family.positions(laid.images if audios else laid.applied, plans)
 
     def _admit_audios(self, audios: list, options: AudioOptions | None,
                       per_audio: Sequence[AudioOptions | None] | None, hashes: Sequence[str | None] | None,

@@ -89,6 +89,10 @@ REFUSED = {
                  "every preprocessed batch that is not VIDEO as an image batch, and Qwen3-ASR takes audio only "
                  "(model_executor/models/qwen3_asr.py); a vLLM worker takes a clip as media_refs and runs "
                  "Qwen3ASRProcessor itself",
+    "qwen3_omni": "vLLM 0.33.0 (model_executor/models/qwen3_omni_moe_thinker.py) processes this family's images "
+                  "and audio clips in one Qwen3OmniMoeProcessor call, with fields of its own "
+                  "(qwen2_5_omni_thinker.py create_qwen2_5_omni_thinker_field_factory); the sidecar takes no audio, "
+                  "and no golden bytes of that processor's items check its images yet",
     "inkling2": "vLLM 0.33.0 has no model for it (model types inkling2 and inkling2_loop are not in "
                 "model_executor/models/registry.py nor vllm/models)",
 }

@@ -36,6 +36,7 @@ HONOURED = {
     "qwen_vl": {"min_pixels", "max_pixels", "max_tokens", "detail low", "detail high", "detail auto"},
     "inkling": {"detail low", "detail high", "detail auto"},
 }
+HONOURED["qwen3_omni"] = HONOURED["qwen_vl"]  # its images are Qwen-VL's
 DEFAULT = {"detail high", "detail auto"}  # every other family
 
 

@@ -23,30 +23,21 @@ that many ``<|audio_pad|>``; ``<|audio_start|>`` / ``<|audio_end|>`` around it s
 tokens (vLLM's replacement is ``[audio_token_id] * n``), whose ids the checkpoint's tokenizer
 holds (not its config.json), so they are not named here.
 
-Tensors: the layout the gateway sends TokenSpeed (smg ``registry/qwen3_asr.rs:147-160``,
-``audio/processors/qwen3_audio.rs:205-268``): ``input_audio_features`` float32 ``[clips,
-128, Tmax]`` (each clip's frames, zero after them), ``feature_attention_mask`` int64
-``[clips, Tmax]`` and ``audio_feature_lengths`` int64 ``[clips]``, all batched. TokenSpeed
-gets one item per clip (``[1, 128, Tmax]``, its mask row and length); a one-clip request
-carries no padding. vLLM's model takes this form as well as its own flat one
-(``qwen3_asr.py:479-497``: "inputs features from rust frontend is batched and padded",
-unpadded by ``audio_feature_lengths``); its own processor's ``input_audio_features`` is
-``flat_from_sizes(dim=1)`` (248-257), a split on dim 1 that ``FieldLayout`` does not
-express. The mask and lengths are kept on the CPU there (``keep_on_cpu=True``).
+Tensors: ``whisper_features.batch``, the layout the gateway sends TokenSpeed (smg
+``registry/qwen3_asr.rs:147-160``); vLLM's own processor's ``input_audio_features`` is
+``flat_from_sizes(dim=1)`` (``qwen3_asr.py:248-257``), a split on dim 1 that
+``FieldLayout`` does not express. TokenSpeed gets one item per clip (``[1, 128, Tmax]``,
+its mask row and length); a one-clip request carries no padding.
 
 Images and videos: none (FAILED_PRECONDITION, ``modalities`` is ``("audio",)``). The
 image token the contract asks for is ``<|image_pad|>`` (151655 in Qwen3's vocabulary), never
 the audio one; no request reaches it.
 
-Exactness (``kernels.logmel``): the log-mel is computed in float64 from the float32
-windowed frames (torch's own float32 window, an ulp or so from torch's on a few values)
-and rounded once; the reference's float32 FFT and matmul decide its last digits, so the
-features are within a measured bound, not equal (``tests/audio/test_qwen3_asr.py``).
+The log-mel, its exactness and the batched tensors: ``whisper_features``.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,35 +45,25 @@ import numpy as np
 from ...core.carriers import AudioOptions, DecodedImage, FieldLayout
 from ...core.errors import Code, PreprocessError
 from ...core.layout import Expansion
-from ...kernels import logmel
 from .. import hf_keys
 from ..audio import AudioFamily, AudioPlan, kept_samples
 from ..base import Aux, ItemPlan
+from . import whisper_features
+from .whisper_features import features, mel_filters, token_count
+
+__all__ = ["Qwen3ASR", "Qwen3ASRAudioConfig", "Qwen3ASRConfig", "config_from_hf", "features", "frames_for",
+           "matches", "mel_filters", "token_count"]
 
 MODEL_TYPES = ("qwen3_asr",)
 EXTRACTOR = "Qwen3ASRFeatureExtractor"
-#: ``clamp(min=1e-10)`` of the mel.
-FLOOR = 1e-10
-#: Tokens per full chunk of ``2 * n_window`` frames (three stride-2 convolutions of 100).
-CHUNK_TOKENS = 13
 
 
 @dataclass(frozen=True)
-class Qwen3ASRAudioConfig:
+class Qwen3ASRAudioConfig(whisper_features.LogMelConfig):
     """The extractor's knobs (``preprocessor_config.json``): transformers 5.24's
-    ``Qwen3ASRFeatureExtractor.__init__`` defaults."""
+    ``Qwen3ASRFeatureExtractor.__init__`` defaults (``min_length`` 8000)."""
 
-    feature_size: int = 128
-    sampling_rate: int = 16_000
-    hop_length: int = 160
-    n_fft: int = 400
-    n_window: int = 50
     min_length: int = 8000
-
-    def __post_init__(self) -> None:
-        if min(self.feature_size, self.sampling_rate, self.hop_length, self.n_fft, self.n_window) <= 0 or (
-                self.n_fft % 2 or self.min_length < 0):
-            raise hf_keys.ConfigError(f"Qwen3-ASR audio sizes must be positive (an even n_fft): {self}")
 
 
 @dataclass(frozen=True)
@@ -94,17 +75,8 @@ class Qwen3ASRConfig:
 
 def audio_config_from_hf(fe: dict) -> Qwen3ASRAudioConfig:
     d, g = Qwen3ASRAudioConfig(), hf_keys.get
-    dither = g(fe, "dither", default=0.0)
-    if dither:
-        raise hf_keys.ConfigError(f"dither={dither} adds random noise: not reproducible, not supported")
-    return Qwen3ASRAudioConfig(
-        feature_size=hf_keys.as_int(g(fe, "feature_size", default=d.feature_size), "feature_size"),
-        sampling_rate=hf_keys.as_int(g(fe, "sampling_rate", default=d.sampling_rate), "sampling_rate"),
-        hop_length=hf_keys.as_int(g(fe, "hop_length", default=d.hop_length), "hop_length"),
-        n_fft=hf_keys.as_int(g(fe, "n_fft", default=d.n_fft), "n_fft"),
-        n_window=hf_keys.as_int(g(fe, "n_window", default=d.n_window), "n_window"),
-        min_length=int(g(fe, "min_length", default=d.min_length)),
-    )
+    return Qwen3ASRAudioConfig(**whisper_features.config_from_hf(fe, g(fe, "n_window", default=d.n_window), d),
+                               min_length=int(g(fe, "min_length", default=d.min_length)))
 
 
 def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> Qwen3ASRConfig:
@@ -128,42 +100,6 @@ def matches(preprocessor: dict, config: dict) -> bool:
 def frames_for(samples: int, cfg: Qwen3ASRAudioConfig) -> int:
     """``max(samples, min_length) // hop``: the extractor's mask sum."""
     return max(int(samples), cfg.min_length) // cfg.hop_length
-
-
-def token_count(frames: int, n_window: int = 50) -> int:
-    """``_get_audio_token_length`` of ``frames`` mel frames (Python's floor division, as torch's)."""
-    chunk = 2 * n_window
-    feat = (frames % chunk - 1) // 2 + 1
-    return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (frames // chunk) * CHUNK_TOKENS
-
-
-def mel_filters(cfg: Qwen3ASRAudioConfig) -> np.ndarray:
-    """float32 [feature_size, n_fft // 2 + 1]: the extractor's filters (``max_frequency``
-    8000 Hz, fixed there, whatever the rate)."""
-    bank = logmel.mel_filter_bank(cfg.n_fft // 2 + 1, cfg.feature_size, 0.0, 8000.0, cfg.sampling_rate,
-                                  norm="slaney", mel_scale="slaney")
-    return np.ascontiguousarray(bank.T, dtype=np.float32)
-
-
-@functools.lru_cache(maxsize=8)
-def _plan(cfg: Qwen3ASRAudioConfig) -> logmel.Plan:
-    return logmel.plan(cfg.n_fft, cfg.hop_length, logmel.hann_window(cfg.n_fft), mel_filters(cfg), 0.0, FLOOR,
-                       power=2, center=True)
-
-
-def features(wave, cfg: Qwen3ASRAudioConfig, total: int | None = None) -> np.ndarray:
-    """float32 [feature_size, frames]: the extractor's ``input_features`` of one mono clip
-    (its mask's frames), the clip zero-padded to ``total`` samples (default
-    ``max(len, min_length)``) first."""
-    w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
-    n = max(len(w), cfg.min_length) if total is None else total
-    if len(w) != n:
-        w = np.concatenate([w[:n], np.zeros(max(n - len(w), 0), np.float32)])
-    lm = logmel.log_mel_centered(w, _plan(cfg))
-    out = np.empty((lm.shape[1], lm.shape[0]), np.float32)
-    if lm.shape[0]:
-        logmel.peak_floor_scale(lm, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)
-    return out
 
 
 @dataclass(frozen=True)
@@ -194,8 +130,7 @@ class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, ExtractorCall]):
         self.image_token_id = config.image_token_id
         self.field_layout = FieldLayout()
         self.audio_token_id = config.audio_token_id
-        keys = ("input_audio_features", "feature_attention_mask", "audio_feature_lengths")
-        self.audio_field_layout = FieldLayout(batched=keys, keep_on_cpu=keys[1:], encoder_input_key=keys[0])
+        self.audio_field_layout = whisper_features.field_layout()
 
     def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
         raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images", item=item)
@@ -229,17 +164,7 @@ class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, ExtractorCall]):
         return {"input_audio_features": feats, "audio_feature_lengths": np.array([plan.frames], np.int64)}
 
     def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        lengths = np.concatenate([c["audio_feature_lengths"] for c in clips])
-        longest = int(lengths.max())
-        feats = np.zeros((len(clips), clips[0]["input_audio_features"].shape[0], longest), np.float32)
-        mask = np.zeros((len(clips), longest), np.int64)
-        for i, c in enumerate(clips):
-            n = int(lengths[i])
-            feats[i, :, :n] = c["input_audio_features"]
-            mask[i, :n] = 1
-        return {"input_audio_features": feats, "feature_attention_mask": mask, "audio_feature_lengths": lengths}
+        return whisper_features.batch(clips)
 
     def warmup(self) -> None:
-        cfg = self.config.audio
-        for n in (1, cfg.min_length + 3 * cfg.hop_length + 7):
-            features(np.zeros(n, np.float32), cfg)
+        whisper_features.warmup(self.config.audio)

@@ -171,7 +171,7 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
 
     def with_processor(self, processor: str) -> "QwenVL":
         super().with_processor(processor)
-        return self if processor == self.config.processor else QwenVL(replace(self.config, processor=processor))
+        return self if processor == self.config.processor else type(self)(replace(self.config, processor=processor))
 
     def configured(self, options: ImageOptions) -> "QwenVL":
         """min_pixels / max_pixels as ``Qwen2VLImageProcessor`` takes them per call. The
@@ -198,7 +198,7 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
                 min_pixels = min(min_pixels, max(1, max_pixels // 4))
         if (min_pixels, max_pixels) == (c.min_pixels, c.max_pixels):
             return self
-        return QwenVL(replace(c, min_pixels=min_pixels, max_pixels=max_pixels))
+        return type(self)(replace(c, min_pixels=min_pixels, max_pixels=max_pixels))
 
     def effective_options(self, options: ImageOptions | None) -> ImageOptions:
         """The pixel bounds smart_resize used, the request's max_tokens and the detail."""
@@ -265,7 +265,7 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
         video = self.config.video
         if video is None:
             raise self._no_video()
-        return QwenVL(replace(self.config, video=replace(video, **knobs)))
+        return type(self)(replace(self.config, video=replace(video, **knobs)))
 
     def _no_video(self) -> PreprocessError:
         return PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family has no video processor "

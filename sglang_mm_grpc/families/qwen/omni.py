@@ -1,0 +1,156 @@
+"""Qwen3-Omni (the thinker): Qwen-VL images and Whisper log-mel audio in one prompt, HF
+``Qwen3OmniMoeProcessor`` (transformers 5.24) as vLLM 0.33 runs it.
+
+Images: ``Qwen2VLImageProcessor`` (``image_processing_auto``: ``qwen3_omni_moe``), so the
+``QwenVL`` family with the checkpoint's knobs (patch 16, merge 2, mean and std 0.5); the
+thinker's token ids sit under ``config.json``'s ``thinker_config``. vLLM's model
+(``qwen3_omni_moe_thinker.py``) does not normalize on the device: float pixels only.
+
+Audio: ``WhisperFeatureExtractor`` (128 mel bands, hop 160, n_fft 400), called by the
+processor with ``padding=True, truncation=False`` (``Qwen3OmniMoeProcessor.audio_kwargs``),
+so a clip is never cut to ``n_samples`` and one clip alone is not padded. vLLM first
+zero-pads each clip to a multiple of ``hop_length`` ("to make sure the cache works with
+padding=True", ``Qwen3OmniMoeThinkerMultiModalProcessor._get_hf_mm_inputs``) and then
+counts ``len // hop`` frames (``_postprocess_hf_mm_data``): a clip of ``L`` samples
+gives ``ceil(L / 160)`` frames, the log-mel of the padded clip (``whisper_features``).
+This family computes each clip alone, as vLLM does for one clip or a clip whose
+neighbours its cache holds; vLLM's call on several new clips at once pads them to the
+longest, which changes the last frame of a shorter clip padded by fewer than 41 samples
+(its centred window reads zeros there, where alone its reflection reaches the signal).
+
+Tokens: ``_get_feat_extract_output_lengths`` of the frames, ``n_window`` from
+``thinker_config.audio_config`` (50); a clip's ``<|audio_pad|>`` (151675) becomes that
+many (vLLM: ``[audio_token_id] * n``; refused there at 0). ``<|audio_start|>`` and
+``<|audio_end|>`` around it are ordinary tokens. Positions (M-RoPE): the thinker's
+``get_rope_index`` gives audio tokens text positions and images Qwen2-VL's, so the
+``QwenVL`` rule holds for a prompt of images and clips.
+
+Tensors: ``whisper_features.batch`` (``input_audio_features`` [clips, 128, Tmax],
+``feature_attention_mask``, ``audio_feature_lengths``), the layout the gateway sends
+(smg ``registry/qwen3_omni.rs``). Videos are not served yet (FAILED_PRECONDITION): the
+thinker's video path (``Qwen2VLVideoProcessor`` with the processor's own size, its
+``video_second_per_grid`` and vLLM's loader) is not reproduced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...core.carriers import AudioOptions
+from ...core.errors import Code, PreprocessError
+from ...core.layout import Expansion
+from .. import hf_keys
+from ..audio import AudioFamily, AudioPlan, kept_samples
+from . import image as qwen_vl, whisper_features
+from .image import Grid, QwenVL, QwenVLConfig
+
+MODEL_TYPES = ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
+PROCESSOR = "Qwen3OmniMoeProcessor"
+
+
+@dataclass(frozen=True)
+class Qwen3OmniConfig(QwenVLConfig):
+    """Qwen-VL's image knobs, and the audio's: the thinker's ids (``thinker_config`` of the
+    Qwen3-Omni-30B-A3B checkpoints) and the extractor's."""
+
+    model_type: str = "qwen3_omni_moe"
+    patch_size: int = 16
+    min_pixels: int = 3136
+    max_pixels: int = 12845056
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    audio_token_id: int = 151675  # <|audio_pad|>
+    audio: whisper_features.LogMelConfig = whisper_features.LogMelConfig()
+
+
+def matches(preprocessor: dict, config: dict) -> bool:
+    return config.get("model_type") in MODEL_TYPES or preprocessor.get("processor_class") == PROCESSOR
+
+
+def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = None) -> Qwen3OmniConfig:
+    """From preprocessor_config.json (the image processor's and the extractor's knobs) and
+    config.json (its ``thinker_config``, or a thinker's own config at the top level)."""
+    thinker = config.get("thinker_config") or config
+    d = Qwen3OmniConfig()
+    vl = qwen_vl.config_from_hf(preprocessor, {**thinker, "model_type": d.model_type}, video={})
+    n_window = hf_keys.get(thinker.get("audio_config") or {}, "n_window", default=d.audio.n_window)
+    fields = {f: getattr(vl, f) for f in vl.__dataclass_fields__ if f != "video"}
+    fields["min_pixels"], fields["max_pixels"] = hf_keys.pixel_bounds(preprocessor, d.min_pixels, d.max_pixels)
+    fields["patch_size"] = hf_keys.as_int(hf_keys.get(preprocessor, "patch_size", default=d.patch_size), "patch_size")
+    return Qwen3OmniConfig(
+        **{**fields, **hf_keys.mean_std(preprocessor, d.image_mean, d.image_std)},
+        audio_token_id=hf_keys.token_id(thinker, "audio_token_id", default=d.audio_token_id),
+        audio=whisper_features.LogMelConfig(**whisper_features.config_from_hf(preprocessor, n_window, d.audio)),
+    )
+
+
+@dataclass(frozen=True)
+class ExtractorCall:
+    """The extractor a request's options configure: the model's, and the samples kept."""
+
+    config: whisper_features.LogMelConfig
+    max_samples: int | None = None  # truncation=True, max_length (None: the whole clip)
+
+    def total(self, samples: int) -> int:
+        """The samples the STFT reads: the clip zero-padded to a multiple of the hop (vLLM),
+        then cut to ``max_samples``."""
+        hop = self.config.hop_length
+        n = -(-int(samples) // hop) * hop
+        return n if self.max_samples is None else min(n, self.max_samples)
+
+
+class Qwen3Omni(QwenVL, AudioFamily[QwenVLConfig, Grid, ExtractorCall]):
+    name = "qwen3_omni"
+    modalities = ("image", "audio")
+    audio_features_key = "input_audio_features"
+    config: Qwen3OmniConfig
+
+    def __init__(self, config: Qwen3OmniConfig):
+        if config.video is not None:
+            raise hf_keys.ConfigError("Qwen3-Omni videos are not served")
+        if config.audio_token_id in (config.image_token_id, config.video_token_id):
+            raise hf_keys.ConfigError("the audio token must differ from the image and video tokens")
+        super().__init__(config)
+        self.reference_processor += " + WhisperFeatureExtractor (Qwen3OmniMoeProcessor, as vLLM calls it)"
+        self.audio_token_id = config.audio_token_id
+        self.audio_field_layout = whisper_features.field_layout()
+
+    def _no_video(self) -> PreprocessError:
+        return PreprocessError(Code.FAILED_PRECONDITION, "Qwen3-Omni videos are not served yet (images and audio "
+                               "clips are)", kind="video")
+
+    def token_ids(self) -> dict[str, int]:
+        return {**super().token_ids(), "audio_pad": self.config.audio_token_id}
+
+    def audio_config(self, options: AudioOptions | None = None) -> ExtractorCall:
+        cfg = self.config.audio
+        return ExtractorCall(cfg, kept_samples(options, cfg.sampling_rate))
+
+    def sampling_rate(self, config: ExtractorCall) -> int:
+        return config.config.sampling_rate
+
+    def plan_audio(self, config: ExtractorCall, samples: int, item: int) -> AudioPlan:
+        if samples <= 0:
+            raise PreprocessError(Code.INVALID_ARGUMENT, "the clip has no samples", item=item, kind="audio")
+        cfg = config.config
+        total = config.total(samples)
+        if total <= cfg.n_fft // 2:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"{total} samples make no feature frame (the centred "
+                                  f"STFT needs more than {cfg.n_fft // 2})", item=item, kind="audio")
+        frames = total // cfg.hop_length
+        tokens = whisper_features.token_count(frames, cfg.n_window)
+        return AudioPlan(min(samples, total), frames, Expansion.repeat(self.audio_token_id, tokens))
+
+    def process_audio(self, config: ExtractorCall, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+        feats = whisper_features.features(wave[:plan.samples], config.config, config.total(plan.samples))
+        return {"input_audio_features": feats, "audio_feature_lengths": np.array([plan.frames], np.int64)}
+
+    def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return whisper_features.batch(clips)
+
+    def warmup(self) -> None:
+        super().warmup()
+        whisper_features.warmup(self.config.audio)
+
