@@ -11,7 +11,9 @@ process (features).
 
 A clip is decoded at admission, not after the layout as a video is: only the decoded
 sample count is exact for every codec (a header's count is an estimate for most), and
-the expansion depends on it. A Plan reads the header alone (``plan_only``).
+the expansion depends on it. A Plan reads the header alone (``plan_only``). A clip the
+preprocessing cache holds (same bytes, model spec and extractor) is neither decoded nor
+processed: its facts, plan and tensors come from the cache.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..core.layout import AppliedLayout, find_placeholders
 from ..families import Family
 from ..families.audio import AC, AudioFamily, AudioPlan
 from ..media import audio as media_audio
+from .cache import CachedAudio, PreprocessCache, audio_key
 
 #: Audio clips in one request, unless configured otherwise.
 DEFAULT_MAX_AUDIOS = 8
@@ -58,6 +61,38 @@ class AdmittedAudio(Generic[AC]):
     plan: AudioPlan
     target: AudioTarget[AC]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    cached: CachedAudio | None = None
+    key: tuple[str, str] | None = None  # its cache key when a cache is in use
+
+
+#: A clip from the cache has no waveform.
+NO_WAVE = np.zeros(0, np.float32)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A clip's hash, its cache key (None: no cache) and what the cache holds of it."""
+
+    hash: str
+    key: tuple[str, str] | None
+    hit: CachedAudio | None
+
+    @classmethod
+    def of(cls, data: bytes, target: AudioTarget[Any], known: str | None, cache: PreprocessCache | None,
+           spec_key: str, peek: bool = False) -> "Lookup":
+        digest = known or content_hash(data)
+        if cache is None:
+            return cls(digest, None, None)
+        key = audio_key(digest, spec_key, target.config)
+        hit = cache.peek(key) if peek else cache.get(key)
+        return cls(digest, key, hit if isinstance(hit, CachedAudio) else None)
+
+    def admitted(self, data: bytes, i: int, target: AudioTarget[Any]) -> "AdmittedAudio[Any]":
+        """The cached clip, its budget checked."""
+        assert self.hit is not None
+        _check_budget(self.hit.plan, i, target)
+        return AdmittedAudio(self.hash, data, self.hit.meta, NO_WAVE, self.hit.plan, target, cached=self.hit,
+                             key=self.key)
 
 
 def audio_family(family: Family, why: str = "") -> AudioFamily:
@@ -111,11 +146,15 @@ def configure(family: Family, count: int, max_tokens: int, options: AudioOptions
 
 
 def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,
-          known: str | None = None, deadline: float | None = None) -> AdmittedAudio[Any]:
-    """Hash, header (limits), decode, resample and plan; the budget checked."""
+          known: str | None = None, deadline: float | None = None, cache: PreprocessCache | None = None,
+          spec_key: str = "") -> AdmittedAudio[Any]:
+    """Hash; the cached clip, or its header (limits), decode, resample and plan; the budget
+    checked either way."""
     audio = audio_family(family)
     t0 = time.perf_counter()
-    digest = known or content_hash(data)
+    found = Lookup.of(data, target, known, cache, spec_key)
+    if found.hit is not None:
+        return found.admitted(data, i, target)
     meta = media_audio.probe(data, limits, i)
     wave = media_audio.decode(data, meta, limits, i, deadline)
     t1 = time.perf_counter()
@@ -123,21 +162,25 @@ def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits:
     t2 = time.perf_counter()
     plan = audio.plan_audio(target.config, len(wave), i)
     _check_budget(plan, i, target)
-    return AdmittedAudio(digest, data, meta, wave, plan, target,
-                         {"decode": (t1 - t0) * 1e3, "resample": (t2 - t1) * 1e3})
+    return AdmittedAudio(found.hash, data, meta, wave, plan, target,
+                         {"decode": (t1 - t0) * 1e3, "resample": (t2 - t1) * 1e3}, key=found.key)
 
 
 def plan_only(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,
-              known: str | None = None) -> AdmittedAudio[Any]:
+              known: str | None = None, cache: PreprocessCache | None = None, spec_key: str = "") -> AdmittedAudio[Any]:
     """A clip's plan from its container header alone (a Plan): its sample count there,
-    resampled; exact where the header's count is (``AudioMeta.exact``)."""
+    resampled; exact where the header's count is (``AudioMeta.exact``), or where the cache
+    holds the clip (looked at, never counted)."""
     audio = audio_family(family)
+    found = Lookup.of(data, target, known, cache, spec_key, peek=True)
+    if found.hit is not None:
+        return found.admitted(data, i, target)
     meta = media_audio.probe(data, limits, i)
     rate = audio.sampling_rate(target.config)
     samples = media_audio.resampled_length(meta.samples, meta.sample_rate, rate)
     plan = audio.plan_audio(target.config, samples, i)
     _check_budget(plan, i, target)
-    return AdmittedAudio(known or content_hash(data), data, meta, np.zeros(0, np.float32), plan, target)
+    return AdmittedAudio(found.hash, data, meta, NO_WAVE, plan, target)
 
 
 def _check_budget(plan: AudioPlan, i: int, target: AudioTarget[Any]) -> None:
@@ -147,21 +190,31 @@ def _check_budget(plan: AudioPlan, i: int, target: AudioTarget[Any]) -> None:
                               f"({limit})", item=i, kind="audio")
 
 
-def process(family: Family, admitted: Sequence[AdmittedAudio[Any]]) -> dict[str, np.ndarray]:
-    """The clips' tensors, joined as the HF processor returns them."""
+def process(family: Family, admitted: Sequence[AdmittedAudio[Any]],
+            cache: PreprocessCache | None = None) -> dict[str, np.ndarray]:
+    """The clips' tensors, joined as the HF processor returns them; each new clip's kept
+    in ``cache``."""
     if not admitted:
         return {}
     audio = audio_family(family)
-    clips = [audio.process_audio(a.target.config, a.wave[:a.plan.samples], a.plan) for a in admitted]
+    clips = []
+    for a in admitted:
+        if a.cached is not None:
+            clips.append(a.cached.aux)
+            continue
+        tensors = audio.process_audio(a.target.config, a.wave[:a.plan.samples], a.plan)
+        if cache is not None and a.key is not None:
+            cache.put(a.key, CachedAudio(a.meta, a.plan, tensors))
+        clips.append(tensors)
     return audio.audio_batch(clips)
 
 
 def output(family: Family, admitted: Sequence[AdmittedAudio[Any]], laid: AppliedLayout,
-           clips: Sequence[bytes]) -> dict[str, Any]:
+           clips: Sequence[bytes], cache: PreprocessCache | None = None) -> dict[str, Any]:
     """The output's audio fields: the clips' facts, tensors and bytes, and the audio token."""
     if not admitted:
         return {}
-    return {"audios": results(family, admitted, laid), "audio_tensors": process(family, admitted),
+    return {"audios": results(family, admitted, laid), "audio_tensors": process(family, admitted, cache),
             "raw_audios": [bytes(b) for b in clips], "audio_token_id": audio_family(family).audio_token_id}
 
 

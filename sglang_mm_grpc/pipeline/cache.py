@@ -5,7 +5,9 @@ the same model again and again. Entries are keyed by (blake3 of the encoded byte
 the resolved spec of the family that processed them: the model's, or the variant a
 request's image options configured), so anything that changes the output changes the key.
 A video is keyed the same way, its spec part also naming the video processor its
-options configured (sampling, pixel bounds), so another fps is another entry.
+options configured (sampling, pixel bounds), so another fps is another entry; an audio
+clip likewise with the feature extractor its options configured (truncation), so a
+repeated clip skips decode, resampling and features.
 Bounded in bytes with LRU eviction; thread-safe. Cached arrays are read-only and may
 be handed out as is (a single-image request returns the cached tensor itself).
 
@@ -24,7 +26,9 @@ from typing import Any, Generic
 
 import numpy as np
 
+from ..core.carriers import AudioMeta
 from ..families import ItemPlan
+from ..families.audio import AudioPlan
 from ..families.batching import Slot
 from ..families.video import VP, VideoProcessor
 
@@ -42,8 +46,12 @@ class CachedItem:
     aux: dict[str, np.ndarray]
 
     @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return self.pixel_values, *self.aux.values()
+
+    @property
     def nbytes(self) -> int:
-        return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
+        return int(sum(a.nbytes for a in self.arrays))
 
 
 @dataclass(frozen=True)
@@ -57,14 +65,46 @@ class CachedVideo(Generic[VP]):
     rotation: int = 0
 
     @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return self.pixel_values, *self.aux.values()
+
+    @property
     def nbytes(self) -> int:
-        return int(self.pixel_values.nbytes + sum(a.nbytes for a in self.aux.values()))
+        return int(sum(a.nbytes for a in self.arrays))
+
+
+@dataclass(frozen=True)
+class CachedAudio:
+    """One clip's outputs: its container's facts, its plan (samples, frames, expansion)
+    and its tensors (``AudioFamily.process_audio``'s, its rows only)."""
+
+    meta: AudioMeta
+    plan: AudioPlan
+    aux: dict[str, np.ndarray]
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(self.aux.values())
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays))
+
+
+#: What the cache holds: an image's, a video's or a clip's outputs.
+Cached = CachedItem | CachedVideo[Any] | CachedAudio
 
 
 def video_key(content_hash: str, spec_key: str, config: VideoProcessor) -> tuple[str, str]:
     """A video's cache key: its bytes, the model's spec and the effective video processor
     (a frozen dataclass: its repr holds every knob, the sampling options included)."""
     return content_hash, f"video:{spec_key}:{config!r}"
+
+
+def audio_key(content_hash: str, spec_key: str, config: object) -> tuple[str, str]:
+    """A clip's cache key: its bytes, the model's spec and the effective feature extractor
+    (the family's frozen dataclass: its repr holds every knob, truncation included)."""
+    return content_hash, f"audio:{spec_key}:{config!r}"
 
 
 @dataclass
@@ -87,12 +127,12 @@ class PreprocessCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], CachedItem | CachedVideo[Any]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], Cached] = OrderedDict()
         self._missed: OrderedDict[tuple[str, str], int] = OrderedDict()  # key -> its misses (the latest last)
         self._bytes = 0
         self._stats = CacheStats(max_bytes=self.max_bytes)
 
-    def get(self, key: tuple[str, str]) -> CachedItem | CachedVideo[Any] | None:
+    def get(self, key: tuple[str, str]) -> Cached | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -105,7 +145,7 @@ class PreprocessCache:
             self._stats.hits += 1
             return entry
 
-    def peek(self, key: tuple[str, str]) -> CachedItem | CachedVideo[Any] | None:
+    def peek(self, key: tuple[str, str]) -> Cached | None:
         """The entry if held, without counting a hit or miss or refreshing its recency
         (a plan asks whether a Preprocess would hit; it uses nothing)."""
         with self._lock:
@@ -126,13 +166,13 @@ class PreprocessCache:
             self._stats.too_large += 1
         return False
 
-    def put(self, key: tuple[str, str], item: CachedItem | CachedVideo[Any]) -> None:
+    def put(self, key: tuple[str, str], item: Cached) -> None:
         """Keep ``item`` (its arrays made read-only: they may be the caller's own output),
         evicting the least recently used; an item larger than the cache is only counted."""
         nbytes = item.nbytes
         if not self.admits(nbytes):
             return
-        for a in (item.pixel_values, *item.aux.values()):
+        for a in item.arrays:
             a.flags.writeable = False
         with self._lock:
             old = self._entries.pop(key, None)

@@ -325,9 +325,8 @@ class Preprocessor:
         audio_options: AudioOptions | None = None, per_audio_options: Sequence[AudioOptions | None] | None = None,
         audio_hashes: Sequence[str | None] | None = None,
     ) -> PreprocessOutput:
-        """``cancel``: set it (the RPC cancelled, its deadline passed) and the request stops at
-        the next image boundary with CANCELLED. ``use_cache`` False: the cache is neither
-        read nor written. ``max_image_tokens``: this request's budget per image (None or 0:
+        """``cancel``: set it (RPC cancelled, deadline passed) and the request stops at the next
+        image boundary with CANCELLED. ``use_cache`` False: no cache read or write. ``max_image_tokens``: this request's budget per image (None or 0:
         the model's, never above it), RESOURCE_EXHAUSTED before decoding. ``allocate(shape,
         name, dtype)``: memory of the caller's for pixel_values / pixel_values_videos (e.g. a
         shared-memory segment the kernels write into), or None. ``options`` /
@@ -348,7 +347,8 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         admitted, vadmitted = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                               cancel)
-        aadmitted = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, deadline, cancel)
+        aadmitted = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, deadline, cancel,
+                                       cache, scope)
         t1 = time.perf_counter()
         plans = [a.plan for a in admitted]
         self._check_size(prompt, plans, [v.plan for v in vadmitted], check_size, aadmitted)
@@ -358,7 +358,7 @@ class Preprocessor:
                          cancel)
         pixel_values_videos, video_tensors = video_driver.process(
             family, vadmitted, self.video_limits, deadline, partial(self._each, cancel=cancel), cache, allocate)
-        audio = audio_driver.output(self.family, aadmitted, laid.audios, audios)
+        audio = audio_driver.output(self.family, aadmitted, laid.audios, audios, cache)
         t2 = time.perf_counter()
         positions = self._positions(laid, plans, vadmitted, aadmitted)
         out = PreprocessOutput(
@@ -405,8 +405,8 @@ class Preprocessor:
         cache = self.cache if use_cache else None
         planned, vplanned = self._admit_all(images, videos, targets, vtargets, (hashes, video_hashes), cache, scope,
                                             cancel, peek=True)
-        aplanned = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, None, cancel,
-                                      header_only=True)
+        aplanned = self._admit_audios(audios, audio_options, per_audio_options, audio_hashes, None, cancel, cache,
+                                      scope, header_only=True)
         self._check_size(prompt, [a.plan for a in planned], [v.plan for v in vplanned], check_size, aplanned)
         laid = self._layout(prompt, [a.plan for a in planned], vplanned, aplanned)
         return PlanOutput(
@@ -475,15 +475,17 @@ class Preprocessor:
 
     def _admit_audios(self, audios: list, options: AudioOptions | None,
                       per_audio: Sequence[AudioOptions | None] | None, hashes: Sequence[str | None] | None,
-                      deadline: float | None, cancel: threading.Event | None, header_only: bool = False
-                      ) -> list[audio_driver.AdmittedAudio[Any]]:
-        """Every clip decoded, resampled and planned (``header_only``: planned from its header)."""
+                      deadline: float | None, cancel: threading.Event | None, cache: PreprocessCache | None,
+                      scope: str, header_only: bool = False) -> list[audio_driver.AdmittedAudio[Any]]:
+        """Every clip from the cache, or decoded, resampled and planned (``header_only``:
+        planned from its header)."""
         targets = audio_driver.configure(self.family, len(audios), self.max_audio_tokens, options, per_audio)
+        spec = _scoped(scope, self.spec_key)
         if header_only:
-            return self._each(lambda i: audio_driver.plan_only(self.family, audios[i], i, targets[i],
-                                                               self.audio_limits, _known(hashes, i)), len(audios), cancel)
+            return self._each(lambda i: audio_driver.plan_only(self.family, audios[i], i, targets[i], self.audio_limits,
+                                                               _known(hashes, i), cache, spec), len(audios), cancel)
         return self._each(lambda i: audio_driver.admit(self.family, audios[i], i, targets[i], self.audio_limits,
-                                                       _known(hashes, i), deadline), len(audios), cancel)
+                                                       _known(hashes, i), deadline, cache, spec), len(audios), cancel)
 
     def _each(self, fn: Callable[[int], R], count: int, cancel: threading.Event | None) -> list[R]:
         return fan_out(fn, count, self.executor, cancel, self.work)
@@ -627,8 +629,8 @@ def _timed(out: PreprocessOutput, admitted: list[_Admitted], videos: list[video_
         out.timings_ms["video_decode_ms"] = sum(v.decode_ms for v in videos)
         out.timings_ms["video_process_ms"] = sum(v.process_ms for v in videos)
     if audios:
-        out.timings_ms["audio_decode_ms"] = sum(a.timings_ms["decode"] for a in audios)
-        out.timings_ms["audio_resample_ms"] = sum(a.timings_ms["resample"] for a in audios)
+        out.timings_ms["audio_decode_ms"] = sum(a.timings_ms.get("decode", 0.0) for a in audios)
+        out.timings_ms["audio_resample_ms"] = sum(a.timings_ms.get("resample", 0.0) for a in audios)
     return out
 
 
