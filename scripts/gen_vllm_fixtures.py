@@ -140,6 +140,14 @@ INKLING_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_inkling_tensors.npz" 
 REFUSED_MODELS = ["llava-hf/llava-1.5-7b-hf", "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-community/pixtral-12b",
                   "mistralai/Mistral-Small-3.1-24B-Instruct-2503"]
 REFUSED_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_refused_tensors.npz"  # made by --make-inputs
+#: Qwen3-ASR (vLLM 0.33: model_executor/models/qwen3_asr.py): an MP3 (44.1 kHz stereo) and a WAV
+#: (16 kHz mono) as tests/audiogen.clip makes them, in one prompt of two <|audio_pad|>
+ASR = "Qwen/Qwen3-ASR-1.7B-hf"
+ASR_CLIPS = [dict(seconds=1.1, rate=44100, channels=2, fmt="mp3", seed=4),
+             dict(seconds=0.3, rate=16000, channels=1, fmt="wav_s16", seed=5)]
+ASR_AUDIO = 151676
+ASR_PROMPT = [1, 151669, ASR_AUDIO, 151670, 13, 151669, ASR_AUDIO, 151670, 2]
+ASR_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_asr_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -173,6 +181,7 @@ def make_inputs(path: Path) -> None:
     arrays["extra/rgba_png"] = np.frombuffer(rgba, np.uint8)
     arrays.update(_make_video_inputs())
     arrays.update(_make_family_inputs([bytes(arrays[f"llama4/jpeg{i}"]) for i in range(len(LLAMA4_IMAGES))]))
+    arrays.update(_make_audio_inputs())
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}")
 
@@ -214,6 +223,22 @@ def _make_family_inputs(jpegs: list[bytes]) -> dict:
     return {f"inkling/image{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(images)}
 
 
+def _make_audio_inputs() -> dict:
+    """Qwen3-ASR's clips (kept in the inputs) and the sidecar's audio tensors of them, before
+    the engine's cast (beside the inputs, not kept)."""
+    import numpy as np
+    import audiogen
+    from sglang_mm_grpc.sidecar import jobs, vllm_audio
+
+    clips = [audiogen.clip(**kwargs) for kwargs in ASR_CLIPS]
+    out = jobs.load_model(ASR, "torchvision").preprocess([], ASR_PROMPT, audios=clips)
+    batch = vllm_audio.audio_batch(out)
+    masks = {f"mask{i}": m for i, m in enumerate(batch["feature_attention_mask"])}
+    np.savez(ASR_TENSORS, input_audio_features=batch["input_audio_features"],
+             audio_feature_lengths=batch["audio_feature_lengths"], **masks)
+    return {f"audio/clip{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(clips)}
+
+
 def _load_cases(path: Path) -> dict[str, dict]:
     import numpy as np
 
@@ -221,7 +246,7 @@ def _load_cases(path: Path) -> dict[str, dict]:
     with np.load(path, allow_pickle=False) as npz:
         for key in npz.files:
             case, _, tensor = key.partition("/")
-            if case in ("extra", "llama4", "video", "inkling"):
+            if case in ("extra", "llama4", "video", "inkling", "audio"):
                 continue
             if not tensor:
                 raise ValueError(f"npz key {key!r} is not '<case>/<tensor>'")
@@ -479,6 +504,79 @@ def _inkling_entry(inputs: Path, encoder, decoder) -> dict:
             "items": items}
 
 
+def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
+    """Qwen3-ASR's clips as vLLM 0.33.0 makes them (model_executor/models/qwen3_asr.py): the
+    clips loaded by vLLM's ``AudioMediaIO`` and parsed by its ``Qwen3ASRMultiModalDataParser``
+    (resampled to 16 kHz), keyed by vLLM's hasher; the items built with vLLM's
+    ``_qwen3asr_field_config`` and ``from_hf_inputs`` from the sidecar's tensors (cast to
+    bfloat16 by vLLM's own cast), checked against what vLLM's own path makes of the parsed
+    clips (the HF processor on each clip, then ``_postprocess_hf_mm_data``): the same keys,
+    fields, dtypes and shapes, equal integer tensors, features within 2e-5 (torch's float32
+    FFT; tests/audio/test_qwen3_asr.py); the expanded prompt and ranges from vLLM's
+    ``_get_prompt_updates``, applied as ``_apply_prompt_updates`` does."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+    from transformers.models.qwen3_asr import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
+    from vllm.model_executor.models.qwen3_asr import (Qwen3ASRMultiModalDataParser, Qwen3ASRMultiModalProcessor,
+                                                      _qwen3asr_field_config)
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.multimodal.media.audio import AudioMediaIO
+    from vllm.multimodal.processing import BaseMultiModalProcessor
+
+    with np.load(inputs) as npz:
+        clips = [npz[f"audio/clip{i}"].tobytes() for i in range(len(ASR_CLIPS))]
+    parsed = Qwen3ASRMultiModalDataParser(target_sr=16000).parse_mm_data(
+        {"audio": [AudioMediaIO().load_bytes(raw) for raw in clips]})["audio"]
+    waves = parsed.get_all_items_for_hash()
+    hashes = [MultiModalHasher.hash_kwargs("blake3", model_id=ASR, audio=w) for w in waves]
+    # vLLM's own tensors of the clips: the HF processor on each clip alone, cast, post-processed
+    proc = Qwen3ASRProcessor.__new__(Qwen3ASRProcessor)
+    proc.feature_extractor, proc.audio_token = Qwen3ASRFeatureExtractor(), "<|audio_pad|>"
+    each = [proc._process_audio([w], **Qwen3ASRProcessor.audio_kwargs, return_tensors="pt")[0] for w in waves]
+
+    def items_of(features, masks, lengths=None, cast=True):
+        """vLLM's post-processing of the per-clip outputs (``lengths``: already joined), its
+        cast and its items."""
+        data = BatchFeature({"input_audio_features": features, "feature_attention_mask": masks,
+                             "audio_feature_lengths": lengths}) if lengths is not None else (
+            Qwen3ASRMultiModalProcessor._postprocess_hf_mm_data(None, {}, {}, BatchFeature(
+                {"input_features": features, "input_features_mask": masks})))
+        data = _processor_output(data) if cast else data
+        return MultiModalKwargsItems.from_hf_inputs(data, _qwen3asr_field_config(data))
+
+    own = [[e["input_features"][0] for e in each], [e["input_features_mask"][0] for e in each]]
+    with np.load(ASR_TENSORS) as t:
+        service = [torch.from_numpy(t["input_audio_features"]),
+                   [torch.from_numpy(t[f"mask{i}"]) for i in range(len(clips))],
+                   torch.from_numpy(t["audio_feature_lengths"])]
+    # vLLM's cast happens before its post-processing, which only joins: cast after it here
+    kwargs = items_of(*service)
+    for ours, theirs, ours32, theirs32 in zip(*(k["audio"] for k in (kwargs, items_of(*own),
+                                                                      items_of(*service, cast=False),
+                                                                      items_of(*own, cast=False)))):
+        assert list(ours.keys()) == list(theirs.keys()) and _dtypes(ours) == _dtypes(theirs)
+        for key in ours:
+            assert ours[key].field == theirs[key].field and ours[key].data.shape == theirs[key].data.shape, key
+            a, b = ours32[key].data, theirs32[key].data
+            assert (a - b).abs().max() <= 1e-4 if key == "input_audio_features" else torch.equal(a, b), key
+    info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token="<|audio_pad|>"),
+                           get_tokenizer=lambda: SimpleNamespace(get_vocab=lambda: {"<|audio_pad|>": ASR_AUDIO}))
+    updates = Qwen3ASRMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
+    ids, placeholders = object.__new__(Qwen3ASRMultiModalProcessor)._apply_prompt_updates(list(ASR_PROMPT), bound)
+    ranges = [p.to_range() for p in placeholders["audio"]]
+    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    print(f"qwen3_asr: {len(waves)} clips {[len(w) for w in waves]} samples, items {[i['bytes'] for i in items]} "
+          f"bytes, ranges {[(r.offset, r.length) for r in ranges]}, the structure of vLLM's own path")
+    return {"family": "qwen3_asr", "model": ASR, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
+            "prompt": ASR_PROMPT, "prompt_token_ids": [int(t) for t in ids],
+            "placeholders": [{"offset": r.offset, "length": r.length,
+                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "hashes": hashes, "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
+
+
 def _refused_entries(inputs: Path) -> list[dict]:
     """For each refused family whose HF processor the service reproduces in its PIL class:
     the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
@@ -607,7 +705,7 @@ def main() -> None:
 
     llama4, llama4_dtypes = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
     videos = _video_entries(args.inputs, encoder, decoder)
-    families = [_inkling_entry(args.inputs, encoder, decoder)]
+    families = [_inkling_entry(args.inputs, encoder, decoder), _qwen3_asr_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
 
     manifest = {

@@ -35,10 +35,11 @@ from ..core.carriers import PreprocessOutput, VideoResult
 from ..core.errors import Code, PreprocessError
 from ..media import MediaFetcher
 from ..media.fetch import Item
-from ..media import video as media_video
+from ..media import audio as media_audio, video as media_video
 from ..media.decode import open_image
+from ..pipeline import audio_driver
 from ..pipeline.driver import Preprocessor
-from . import vllm_hashes, vllm_image, vllm_items, vllm_video
+from . import vllm_audio, vllm_hashes, vllm_image, vllm_items, vllm_video
 
 #: What each served family's image items hold in vLLM (``vllm_image.IMAGE_FIELDS``).
 IMAGE_FIELDS = vllm_image.IMAGE_FIELDS
@@ -87,7 +88,10 @@ class JobRunner:
         self.engine = engine
         self.executor = executor
         self.accepted = parse_scheme_list(engine.schemes)
-        self.modalities = ("image", "video") if vllm_video.takes_video(model.family) else ("image",)
+        family = model.family
+        self.modalities = tuple(m for m, takes in (("image", "image" in family.modalities),
+                                                   ("video", vllm_video.takes_video(family)),
+                                                   ("audio", vllm_audio.takes_audio(family))) if takes)
 
     async def handle(self, job: Job) -> JobResult:
         started = time.time()
@@ -108,11 +112,12 @@ class JobRunner:
             if item.modality not in self.modalities:
                 return failure(job.job_id, "fetch_failed", f"item {index}: unsupported media modality "
                                f"{item.modality!r} (this sidecar processes {' and '.join(self.modalities)})")
-        cap = ("video_max_bytes", self.model.video_limits.max_bytes)
-        counts = {"image": 0, "video": 0}
+        caps = {"video": ("video_max_bytes", self.model.video_limits.max_bytes),
+                "audio": ("audio_max_bytes", self.model.audio_limits.max_bytes)}
+        counts = {"image": 0, "video": 0, "audio": 0}
         kinds = []
-        for item in job.items:  # each item numbered within its modality, a video under the video byte cap
-            kinds.append(Item(item.modality, counts[item.modality], cap if item.modality == "video" else None))
+        for item in job.items:  # each item numbered within its modality, under its modality's byte cap
+            kinds.append(Item(item.modality, counts[item.modality], caps.get(item.modality)))
             counts[item.modality] += 1
         try:
             data = await self.fetcher.fetch_all([item.url for item in job.items],
@@ -130,12 +135,12 @@ class JobRunner:
         return result
 
     def _processed(self, job: Job, data: list[bytes]) -> JobResult:
-        """The job's result from its fetched bytes (images and videos each in prompt order)."""
-        images = [raw for raw, item in zip(data, job.items) if item.modality == "image"]
-        videos = [raw for raw, item in zip(data, job.items) if item.modality == "video"]
+        """The job's result from its fetched bytes (each modality's items in prompt order)."""
+        images, videos, audios = ([raw for raw, item in zip(data, job.items) if item.modality == m]
+                                  for m in ("image", "video", "audio"))
         family = self.model.family.name
         out = self.model.preprocess(images, vllm_image.service_prompt(family, job.prompt_token_ids, len(images)),
-                                    videos=videos, raw=self.engine.raw, use_cache=False)
+                                    videos=videos, audios=audios, raw=self.engine.raw, use_cache=False)
         hashes, placeholders, kwargs = {}, {}, {}
         dtype = self.engine.fingerprint.dtype
         if images:
@@ -150,6 +155,12 @@ class JobRunner:
             hashes["video"] = [self._video_hash(raw, v, i) for i, (raw, v) in enumerate(zip(videos, out.videos))]
             placeholders["video"] = [_placeholder(v.structural_range, v.patch_ranges) for v in out.videos]
             kwargs["video"] = [vllm_items.encode_item(item) for item in items]
+        if audios:
+            items = vllm_items.split_items(vllm_items.cast_floats(vllm_audio.audio_batch(out), dtype),
+                                           vllm_audio.AUDIO_FIELDS[family](out))
+            hashes["audio"] = [self._audio_hash(raw, i) for i, raw in enumerate(audios)]
+            placeholders["audio"] = [_placeholder(a.structural_range, a.patch_ranges) for a in out.audios]
+            kwargs["audio"] = [vllm_items.encode_item(item) for item in items]
         return JobResult(
             v=SCHEMA_VERSION, job_id=job.job_id, ok=True, fingerprint=self.engine.fingerprint,
             prompt_token_ids=[int(t) for t in out.input_ids],
@@ -164,6 +175,15 @@ class JobRunner:
             meta = media_video.probe(raw, self.model.video_limits, item)
             frames = np.stack(list(media_video.frames(raw, video.frame_indices, meta, self.model.video_limits, item)))
         return vllm_hashes.video_hash(raw, self.engine.fingerprint.model, vllm_video.metadata(video), frames=frames)
+
+    def _audio_hash(self, raw: bytes, item: int) -> str:
+        """vLLM's key of the clip: its waveform as vLLM's parser leaves it (decoded again
+        here: the preprocessing keeps no waveform)."""
+        limits, family = self.model.audio_limits, audio_driver.audio_family(self.model.family)
+        meta = media_audio.probe(raw, limits, item)
+        rate = family.sampling_rate(family.audio_config())
+        wave = media_audio.resample(media_audio.decode(raw, meta, limits, item), meta.sample_rate, rate)
+        return vllm_hashes.audio_hash(wave, self.engine.fingerprint.model)
 
     def _hash(self, raw: bytes, item: int) -> str:
         """vLLM's key of the image as its connector loads it: converted to RGB (with the

@@ -9,7 +9,8 @@ A fetched image is a ``MediaWithBytes`` (``vllm/multimodal/media/image.py``
 conversion settings when loading changed the image's mode (``io_config``). A fetched video
 is a ``MediaWithBytes`` of its sampled frames with the loader's metadata beside it
 (``VideoProcessorItems.get_item_for_hash``): the key is built on the encoded bytes, or on
-the frames when they are smaller, and on the metadata. Every chunk
+the frames when they are smaller, and on the metadata. A clip's key is built on its
+waveform as vLLM's data parser leaves it (float32 mono at the extractor's rate). Every chunk
 goes into the digest framed: a length before each leaf, a tag and a count before each
 container, so no two inputs share a key.
 """
@@ -39,6 +40,12 @@ def video_hash(encoded: bytes, model_id: str, metadata: Mapping[str, Any], *, fr
     than ``encoded`` (the key is then built on them)."""
     return _hash(model_id, "video", [_Media("video", frames if frames is not None else encoded), dict(metadata)],
                  factors)
+
+
+def audio_hash(wave: np.ndarray, model_id: str, *, factors: Mapping[str, Any] | None = None) -> str:
+    """``hash_kwargs("blake3", model_id=..., audio=wave, **factors)``: ``wave`` the parsed
+    clip (``AudioProcessorItems``' item, an ndarray)."""
+    return _hash(model_id, "audio", wave, factors)
 
 
 def _hash(model_id: str, modality: str, item: Any, factors: Mapping[str, Any] | None) -> str:

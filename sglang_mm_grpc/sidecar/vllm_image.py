@@ -24,6 +24,7 @@ from ..core.carriers import PreprocessOutput
 from ..core.errors import invalid
 from ..families import Family
 from ..families.inkling.inkling import Inkling
+from .vllm_audio import AUDIO_FIELDS
 from . import vllm_items
 
 #: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
@@ -85,10 +86,6 @@ REFUSED = {
                        "service reproduces (its pixels differ; Phi4MultimodalForCausalLM left vLLM in 0.12.0: "
                        "registry.py _PREVIOUSLY_SUPPORTED_MODELS), and its prompt targets are the tokenizer's ids "
                        "of <|image_N|>",
-    "qwen3_asr": "vLLM 0.33.0's gRPC servicer (smg-grpc-servicer 0.14.1, vllm/mm_keys.py modality_name) registers "
-                 "every preprocessed batch that is not VIDEO as an image batch, and Qwen3-ASR takes audio only "
-                 "(model_executor/models/qwen3_asr.py); a vLLM worker takes a clip as media_refs and runs "
-                 "Qwen3ASRProcessor itself",
     "qwen3_omni": "vLLM 0.33.0 (model_executor/models/qwen3_omni_moe_thinker.py) processes this family's images "
                   "and audio clips in one Qwen3OmniMoeProcessor call, with fields of its own "
                   "(qwen2_5_omni_thinker.py create_qwen2_5_omni_thinker_field_factory); the sidecar takes no audio, "
@@ -104,8 +101,9 @@ def check_served(family: Family) -> None:
     name = family.name
     if name in REFUSED:
         raise ValueError(f"the sidecar does not serve the {name} family: {REFUSED[name]}")
-    if name not in IMAGE_FIELDS:
-        raise ValueError(f"the sidecar does not serve the {name} family yet (served: {', '.join(sorted(IMAGE_FIELDS))})")
+    served = {*IMAGE_FIELDS, *AUDIO_FIELDS}
+    if name not in served:
+        raise ValueError(f"the sidecar does not serve the {name} family yet (served: {', '.join(sorted(served))})")
     if isinstance(family, Inkling) and (family.config.image_bos_token_id, family.image_token_id) != (
             INKLING_MARKER, INKLING_TOKEN):
         raise ValueError(f"vLLM's Inkling processor uses the ids {INKLING_MARKER} and {INKLING_TOKEN} whatever the "

@@ -11,7 +11,7 @@ A sidecar result carries, per media item, the one buffer vLLM's
 
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
 field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
-what the served families' items hold is here: tensors in batched and dim-0 flat fields,
+what the served families' items hold is here: tensors in batched and flat fields,
 bfloat16 tensors (held here as their bit patterns, ``BFloat16``), and lists of floats in
 batched fields (Qwen3-VL's timestamps, kept as Python floats). The same msgspec encoder
 writes the same bytes. vLLM orders an item's keys as a Python ``set`` of them iterates
@@ -54,7 +54,7 @@ class BFloat16:
     def __len__(self) -> int:
         return len(self.bits)
 
-    def __getitem__(self, index: slice | int) -> "BFloat16":
+    def __getitem__(self, index: slice | int | tuple[slice, ...]) -> "BFloat16":
         return BFloat16(np.asarray(self.bits[index]))
 
 
@@ -78,29 +78,33 @@ class Batched:
 
 @dataclass(frozen=True)
 class Flat:
-    """``MultiModalFieldConfig.flat`` along dim 0: item i is ``batch[start:stop]`` of its
-    (start, stop)."""
+    """``MultiModalFieldConfig.flat`` along ``dim`` (0 or 1): item i is ``batch[start:stop]``
+    (``batch[:, start:stop]``) of its (start, stop)."""
 
     bounds: tuple[tuple[int, int], ...]
     keep_on_cpu: bool = False
+    dim: int = 0
 
     def split(self, batch: np.ndarray | BFloat16) -> list:
-        return [batch[start:stop] for start, stop in self.bounds]
+        lead = (slice(None),) * self.dim
+        return [batch[lead + (slice(start, stop),)] for start, stop in self.bounds]
 
     def encoded(self) -> tuple[str, dict[str, Any]]:
         # BaseMultiModalField's keep_on_cpu first, then MultiModalFlatField's slices (one
-        # per item: a slice per dimension, each (start, stop, step)) and dim
+        # per item: a slice per dimension, each (start, stop, step), the whole of each
+        # dimension before ``dim``) and dim
+        lead = [[None, None, None]] * self.dim
         return "flat", {"keep_on_cpu": self.keep_on_cpu,
-                        "slices": [[[start, stop, None]] for start, stop in self.bounds], "dim": 0}
+                        "slices": [[*lead, [start, stop, None]] for start, stop in self.bounds], "dim": self.dim}
 
 
 Field = Union[Batched, Flat]
 
 
-def flat_from_sizes(sizes: Sequence[int] | np.ndarray, keep_on_cpu: bool = False) -> Flat:
-    """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along dim 0."""
+def flat_from_sizes(sizes: Sequence[int] | np.ndarray, keep_on_cpu: bool = False, dim: int = 0) -> Flat:
+    """``MultiModalFieldConfig.flat_from_sizes``: consecutive runs of ``sizes`` along ``dim``."""
     ends = np.cumsum([0, *[int(s) for s in sizes]])
-    return Flat(tuple((int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])), keep_on_cpu)
+    return Flat(tuple((int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])), keep_on_cpu, dim)
 
 
 def split_items(batch: Mapping[str, Any], fields: Mapping[str, Field]) -> list[dict[str, tuple[Any, Field]]]:

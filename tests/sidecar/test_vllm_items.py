@@ -11,7 +11,7 @@ The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMed
 loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
 loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
 the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos"). The
-other served families (MANIFEST.json "families": Inkling): vLLM's item bytes by sha256, the
+other served families (MANIFEST.json "families": Inkling images, Qwen3-ASR clips): vLLM's item bytes by sha256, the
 expanded prompt and PlaceholderRanges vLLM's own prompt-update code gives, and vLLM's keys;
 the refused ones: what vLLM's processor does that the service does not (MANIFEST.json
 "refused", vllm_image.REFUSED).
@@ -30,7 +30,7 @@ import pytest
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import load as load_model_config
 from sglang_mm_grpc.config import preset_names
-from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_image, vllm_items, vllm_video
+from sglang_mm_grpc.sidecar import jobs, vllm_audio, vllm_hashes, vllm_image, vllm_items, vllm_video
 from sglang_mm_grpc.sidecar.jobs import IMAGE_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -45,7 +45,7 @@ def _inputs() -> dict[str, dict[str, np.ndarray]]:
     with np.load(FIXTURES / "inputs.npz") as npz:
         for key in npz.files:
             case, _, name = key.partition("/")
-            if case in ("extra", "llama4", "video", "inkling"):
+            if case in ("extra", "llama4", "video", "inkling", "audio"):
                 continue
             cases.setdefault(case, {})[name] = npz[key]
     return cases
@@ -273,8 +273,8 @@ def test_hf_sampling_refuses_the_index_vllms_loader_clamps():
 FAMILIES = MANIFEST["families"]
 
 
-def _run_job(model: str, prompt: list[int], images: list[bytes]):
-    """The sidecar's result for a job of ``images`` (its fetched bytes) and ``prompt``."""
+def _run_job(model: str, prompt: list[int], images: list[bytes], modality: str = "image"):
+    """The sidecar's result for a job of ``images`` (its fetched bytes, of ``modality``) and ``prompt``."""
     from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Fingerprint, Job, JobItem
 
     fingerprint = Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
@@ -282,7 +282,7 @@ def _run_job(model: str, prompt: list[int], images: list[bytes]):
     pp = jobs.load_model(model, "torchvision")
     runner = jobs.JobRunner(pp, None, jobs.engine_for(pp, fingerprint, "data"), None)
     job = Job(v=SCHEMA_VERSION, job_id="j", request_id="r", fingerprint=fingerprint, prompt_token_ids=prompt,
-              prompt=None, items=[JobItem(modality="image", url="data:") for _ in images], enqueued_ms=0,
+              prompt=None, items=[JobItem(modality=modality, url="data:") for _ in images], enqueued_ms=0,
               deadline_ms=0)
     return runner._processed(job, images)
 
@@ -296,19 +296,38 @@ def _in_order(raw: bytes, keys: list[str]) -> bytes:
 
 @pytest.mark.parametrize("entry", FAMILIES, ids=lambda e: e["model"])
 def test_other_families_results_are_vllms(entry):
-    """The sidecar's whole result for vLLM's prompt and images: the expanded ids, each image's
-    PlaceholderRange (offset, length, is_embed) and key as vLLM 0.33.0 gives them, and the
-    sha256 of each item's bytes equal to vLLM's."""
+    """The sidecar's whole result for vLLM's prompt and images (Qwen3-ASR: audio clips): the
+    expanded ids, each item's PlaceholderRange (offset, length, is_embed) and key as vLLM
+    0.33.0 gives them, and the sha256 of each item's bytes equal to vLLM's."""
+    modality, name = ("audio", "audio/clip") if "clips" in entry else ("image", f"{entry['family']}/image")
     with np.load(FIXTURES / "inputs.npz") as npz:
-        images = [npz[f"{entry['family']}/image{i}"].tobytes() for i in range(len(entry["items"]))]
-    result = _run_job(entry["model"], entry["prompt"], images)
+        media = [npz[f"{name}{i}"].tobytes() for i in range(len(entry["items"]))]
+    result = _run_job(entry["model"], entry["prompt"], media, modality)
     assert result.prompt_token_ids == entry["prompt_token_ids"]
     assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
-            for p in result.mm_placeholders["image"]] == entry["placeholders"]
-    assert result.mm_hashes == {"image": entry["hashes"]}
-    for raw, want in zip(result.mm_kwargs["image"], entry["items"], strict=True):
+            for p in result.mm_placeholders[modality]] == entry["placeholders"]
+    assert result.mm_hashes == {modality: entry["hashes"]}
+    for raw, want in zip(result.mm_kwargs[modality], entry["items"], strict=True):
         raw = _in_order(raw, want["keys"])
         assert (len(raw), hashlib.sha256(raw).hexdigest()) == (want["bytes"], want["sha256"])
+
+
+def test_qwen3_asr_clips_are_items_as_vllms_own_path_makes_them():
+    """vLLM's Qwen3-ASR items (checked against vLLM's own path by the fixture script: the HF
+    processor on each clip, then vLLM's post-processing): bfloat16 features split along the
+    frames (dim 1), the processor's int32 mask padded to 100 frames, an int64 length."""
+    (entry,) = [e for e in FAMILIES if e["family"] == "qwen3_asr"]
+    assert entry["dtypes"] == {"input_audio_features": "bfloat16", "feature_attention_mask": "int32",
+                               "audio_feature_lengths": "int64"}
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        result = _run_job(entry["model"], entry["prompt"][:5] + [2], [npz["audio/clip0"].tobytes()], "audio")
+    item = msgspec.msgpack.decode(result.mm_kwargs["audio"][0])
+    frames = entry["samples"][0] // 160
+    assert item["input_audio_features"]["field"] == ["flat", {"keep_on_cpu": False, "slices": [
+        [[None, None, None], [0, frames, None]]], "dim": 1}]
+    assert item["input_audio_features"]["data"][:2] == ["bfloat16", [128, frames]]
+    assert item["feature_attention_mask"]["data"][:2] == ["int32", [-(-frames // 100) * 100]]
+    assert item["audio_feature_lengths"]["data"][:2] == ["int64", []]
 
 
 def test_inkling_is_upscaled_and_cast_as_vllm_does():
@@ -363,7 +382,7 @@ def test_every_family_is_served_or_refused_with_vllms_reason(model):
             jobs.check_served(pp)
     else:
         jobs.check_served(pp)
-        assert name in IMAGE_FIELDS
+        assert name in IMAGE_FIELDS or name in vllm_audio.AUDIO_FIELDS
 
 
 @pytest.mark.parametrize("entry", MANIFEST["refused"], ids=lambda e: e["model"])
