@@ -33,7 +33,7 @@ import imagegen
 import videogen
 from servers import Proc, free_port, wait_until
 from sglang_mm_grpc import Preprocessor
-from sglang_mm_grpc.sidecar import jobs, vllm_hashes
+from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_items
 
 redis = pytest.importorskip("redis")
 from smg_grpc_servicer.mm_sidecar_protocol import (  # noqa: E402
@@ -524,3 +524,72 @@ def test_results_equal_the_servers_vllm_payload(stack, media, tmp_path):
         assert pixels.dtype == np.uint8 and np.array_equal(got, pixels)
         assert [np.frombuffer(i[key]["data"][2].data, np.int64).tolist() for i in items] == \
             to_array(batch.model_specific_tensors[key]).tolist()
+
+
+ASR = "Qwen/Qwen3-ASR-1.7B-hf"
+
+
+def test_qwen3_asr_clips_are_vllms_own_and_the_services(stack, media, tmp_path):
+    """A sidecar for Qwen3-ASR on the module's Redis. The fixtures' job (an MP3 by data URL,
+    a WAV over HTTP) is answered with what vLLM 0.33.0 computed for it (fixtures/MANIFEST.json
+    "families": ids, ranges, vLLM's keys of the parsed waveforms, item bytes). A job through
+    the worker's own ``_submit_and_wait`` with the WAV by file path carries the service's own
+    expansion and features (in the engine's bfloat16). An image, and a clip that is not
+    audio, get their codes."""
+    entry = next(e for e in json.loads((FIXTURES / "MANIFEST.json").read_text())["families"] if e["model"] == ASR)
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        clips = [npz[f"audio/clip{i}"].tobytes() for i in range(2)]
+    (media.root / "clip1.wav").write_bytes(clips[1])
+    fingerprint = msgspec.structs.replace(FINGERPRINT, model=ASR)
+    fp = tmp_path / "fp.json"
+    fp.write_text(json.dumps(fingerprint.to_hello()))
+    sidecar = Proc([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", ASR, "--fingerprint",
+                    str(fp), "--redis-url", stack.redis.url, "--allow-private-media-hosts",
+                    "--allowed-local-media-path", str(media.root)], tmp_path / "asr.log")
+    keys = Keys.for_namespace(resolve_namespace(fingerprint, None))
+    wav_ids = [1, 151669, 151676, 151670, 2]
+    try:
+        assert wait_until(lambda: stack.client.exists(keys.hello) or not sidecar.alive(), 300), sidecar.log_text()
+        job = _job([f"data:audio/mpeg;base64,{base64.b64encode(clips[0]).decode()}", f"{media.http}/clip1.wav"],
+                   entry["prompt"], modality="audio", fingerprint=fingerprint)
+        stack.client.lpush(keys.jobs, encode_job(job))
+        popped = stack.client.brpop(keys.result(job.job_id), timeout=60)
+        refused = {}
+        for name, modality, url in (("image", "image", f"{media.http}/a.png"),
+                                    ("not audio", "audio", f"{media.http}/a.png")):
+            bad = _job([url], wav_ids, modality=modality, fingerprint=fingerprint)
+            stack.client.lpush(keys.jobs, encode_job(bad))
+            refused[name] = decode_result(stack.client.brpop(keys.result(bad.job_id), timeout=60)[1])
+
+        async def worker():
+            proc = RedisMediaProcessor(SimpleNamespace(model_config=SimpleNamespace(
+                get_multimodal_config=lambda: SimpleNamespace(get_limit_per_prompt=lambda m: 3))), fingerprint,
+                redis_url=stack.redis.url, timeout_ms=60_000)
+            try:
+                return await proc._submit_and_wait(_job([f"file://{media.root / 'clip1.wav'}"], wav_ids,
+                                                        modality="audio", fingerprint=fingerprint))
+            finally:
+                await proc._client.aclose()
+
+        by_worker = asyncio.run(worker())
+    finally:
+        sidecar.stop()
+    assert popped is not None, sidecar.log_text()
+    result = decode_result(popped[1])
+    assert result.ok, result.message
+    assert result.prompt_token_ids == entry["prompt_token_ids"] and result.mm_hashes == {"audio": entry["hashes"]}
+    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+            for p in result.mm_placeholders["audio"]] == entry["placeholders"]
+    for raw, want in zip(result.mm_kwargs["audio"], entry["items"], strict=True):
+        item = msgspec.msgpack.decode(raw)
+        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})  # vLLM's run's key order
+        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+    assert (refused["image"].code, refused["not audio"].code) == ("fetch_failed", "decode_failed")
+    out = Preprocessor.from_model(ASR, cache_bytes=0).preprocess([], wav_ids, audios=[clips[1]])
+    assert by_worker.ok and by_worker.prompt_token_ids == out.input_ids.tolist()
+    assert by_worker.mm_hashes == {"audio": [entry["hashes"][1]]}
+    (item,) = [msgspec.msgpack.decode(raw) for raw in by_worker.mm_kwargs["audio"]]
+    dtype, shape, ext = item["input_audio_features"]["data"]
+    bits = np.frombuffer(ext.data, np.uint16).reshape(shape)
+    assert dtype == "bfloat16"
+    assert np.array_equal(bits, vllm_items.BFloat16.of(out.audio_tensors["input_audio_features"][0]).bits)
