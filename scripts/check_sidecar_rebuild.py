@@ -8,7 +8,8 @@ on results this sidecar made: the engine input vLLM then schedules.
 The first (the project's venv, with the sidecar extra) answers jobs for the images and clips
 of tests/sidecar/fixtures/inputs.npz (Qwen2-VL: one image, then two; Qwen2.5-VL: an image
 and a video, raw and normalized; Qwen3-VL: two videos; Inkling: two images, three
-<|content_image|> markers; Llama 4: two images) with the sidecar's JobRunner for a bfloat16
+<|content_image|> markers; Llama 4: two images; Qwen3-ASR: an MP3 and a WAV) with the
+sidecar's JobRunner for a bfloat16
 engine and writes each encoded JobResult, with the in-process tensors it must hold. The
 second (a venv with vllm==0.33.0 and smg-grpc-servicer) decodes each result as the worker
 does, rebuilds the engine input with ``_rebuild`` and checks its token ids, placeholder
@@ -34,21 +35,24 @@ ROOT = Path(__file__).resolve().parents[1]
 START, PAD, VPAD, END = 151652, 151655, 151656, 151653
 INKLING_MARKER, INKLING_TOKEN = 200005, 200054
 LLAMA4_IMAGE, LLAMA4_PATCH = 200090, 200092
-#: case -> model, the images and clips of tests/sidecar/fixtures/inputs.npz it sends (images
-#: first in the prompt, then videos), and --mm-device-do-normalize (None: vLLM's default)
-CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], [], None),
-         "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], [], None),
-         "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], None),
-         "qwen2_5_normalized": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], False),
-         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"], None),
-         "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [], None),
-         "llama4": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", ["llama4/jpeg0", "llama4/jpeg1"], [], None)}
-#: modality -> its pixels' key and the keys of its items' sizes (one is present)
+ASR_START, ASR_PAD, ASR_END = 151669, 151676, 151670
+#: case -> model, the images, videos and audio clips of tests/sidecar/fixtures/inputs.npz it
+#: sends (in that order in the prompt), and --mm-device-do-normalize (None: vLLM's default)
+CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], [], [], None),
+         "two": ("Qwen/Qwen2-VL-7B-Instruct", ["two/png0", "two/png1"], [], [], None),
+         "qwen2_5_video": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], [], None),
+         "qwen2_5_normalized": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], [], False),
+         "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"], [], None),
+         "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [], [], None),
+         "llama4": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", ["llama4/jpeg0", "llama4/jpeg1"], [], [], None),
+         "qwen3_asr": ("Qwen/Qwen3-ASR-1.7B-hf", [], [], ["audio/clip0", "audio/clip1"], None)}
+#: modality -> its main tensor's key and the keys of its items' sizes (one is present)
 PIXELS = {"image": ("pixel_values", ("image_grid_thw", "num_patches", "patches_per_image")),
-          "video": ("pixel_values_videos", ("video_grid_thw",))}
+          "video": ("pixel_values_videos", ("video_grid_thw",)),
+          "audio": ("input_audio_features", ("audio_feature_lengths",))}
 
 
-def _ids(model: str, images: int, videos: int) -> list[int]:
+def _ids(model: str, images: int, videos: int, audios: int = 0) -> list[int]:
     """The worker's prompt: Qwen's vision markers around each placeholder; Inkling's
     <|content_image|> marker alone per image (and one more, which stays text); Llama 4's
     <|image|> per image."""
@@ -56,7 +60,7 @@ def _ids(model: str, images: int, videos: int) -> list[int]:
         return [1] + [INKLING_MARKER, 7] * (images + 1) + [2]
     if model.startswith("meta-llama/"):
         return [1] + [LLAMA4_IMAGE, 7] * images + [2]
-    return [1] + [START, PAD, END] * images + [START, VPAD, END] * videos + [2]
+    return [1] + [START, PAD, END] * images + [START, VPAD, END] * videos + [ASR_START, ASR_PAD, ASR_END] * audios + [2]
 
 
 def _mime(image: bytes) -> str:
@@ -76,7 +80,7 @@ def make_results(out: Path) -> None:
     from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Job, JobItem, encode_result
 
     from sglang_mm_grpc.media import MediaFetcher
-    from sglang_mm_grpc.sidecar import jobs, vllm_image, vllm_video
+    from sglang_mm_grpc.sidecar import jobs, vllm_audio, vllm_image, vllm_video
 
     out.mkdir(parents=True, exist_ok=True)
     with np.load(ROOT / "tests/sidecar/fixtures/inputs.npz") as npz:
@@ -85,7 +89,7 @@ def make_results(out: Path) -> None:
     async def run() -> None:
         fetcher = MediaFetcher()
         with ThreadPoolExecutor(1) as pool:
-            for case, (name, pngs, clips, normalize) in CASES.items():
+            for case, (name, pngs, clips, audios, normalize) in CASES.items():
                 model = jobs.load_model(name, "torchvision")
                 engine = jobs.engine_for(model, _fingerprint(name), "http,https,data", normalize)
                 runner = jobs.JobRunner(model, fetcher, engine, pool)
@@ -94,7 +98,8 @@ def make_results(out: Path) -> None:
                          for k in pngs]
                 items += [JobItem("video", "data:video/mp4;base64," + base64.b64encode(data[k]).decode())
                           for k in clips]
-                ids = _ids(name, len(pngs), len(clips))
+                items += [JobItem("audio", "data:audio/wav;base64," + base64.b64encode(data[k]).decode()) for k in audios]
+                ids = _ids(name, len(pngs), len(clips), len(audios))
                 job = Job(SCHEMA_VERSION, uuid.uuid4().hex, "check", _fingerprint(name), ids, None, items, now,
                           now + 60_000)
                 result = await runner.handle(job)
@@ -102,8 +107,9 @@ def make_results(out: Path) -> None:
                 (out / f"{case}.result").write_bytes(encode_result(result))
                 family = model.family.name
                 want = model.preprocess([data[k] for k in pngs], vllm_image.service_prompt(family, ids, len(pngs)),
-                                        videos=[data[k] for k in clips], raw=runner.engine.raw)
-                embed = {"inkling": [INKLING_TOKEN], "llama4": [LLAMA4_PATCH]}.get(family, [PAD, VPAD])
+                                        videos=[data[k] for k in clips], audios=[data[k] for k in audios],
+                                        raw=runner.engine.raw)
+                embed = {"inkling": [INKLING_TOKEN], "llama4": [LLAMA4_PATCH]}.get(family, [PAD, VPAD, ASR_PAD])
                 arrays = {"input_ids": want.input_ids, "embed": embed}
                 if pngs:
                     arrays.update(pixel_values=want.pixel_values, **want.tensors,
@@ -113,6 +119,11 @@ def make_results(out: Path) -> None:
                     arrays.update({k: np.concatenate(v) if k == "timestamps" else v  # a list per video
                                    for k, v in vllm_video.video_batch(want).items()},
                                   video_ranges=np.array([v.structural_range for v in want.videos]))
+                if audios:
+                    batch = vllm_audio.audio_batch(want)
+                    arrays.update(input_audio_features=batch["input_audio_features"],
+                                  audio_feature_lengths=batch["audio_feature_lengths"],
+                                  audio_ranges=np.array([a.structural_range for a in want.audios]))
                 np.savez(out / f"{case}.npz", **arrays)
         await fetcher.aclose()
 
