@@ -8,7 +8,8 @@ on results this sidecar made: the engine input vLLM then schedules.
 The first (the project's venv, with the sidecar extra) answers jobs for the images and clips
 of tests/sidecar/fixtures/inputs.npz (Qwen2-VL: one image, then two; Qwen2.5-VL: an image
 and a video, raw and normalized; Qwen3-VL: two videos; Inkling: two images, three
-<|content_image|> markers; Llama 4: two images; Qwen3-ASR: an MP3 and a WAV) with the
+<|content_image|> markers, then an MP3 and a WAV; Llama 4: two images; Qwen3-ASR: the MP3
+and the WAV) with the
 sidecar's JobRunner for a bfloat16
 engine and writes each encoded JobResult, with the in-process tensors it must hold. The
 second (a venv with vllm==0.33.0 and smg-grpc-servicer) decodes each result as the worker
@@ -33,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 START, PAD, VPAD, END = 151652, 151655, 151656, 151653
-INKLING_MARKER, INKLING_TOKEN = 200005, 200054
+INKLING_MARKER, INKLING_TOKEN, INKLING_AUDIO_MARKER, INKLING_AUDIO = 200005, 200054, 200020, 200053
 LLAMA4_IMAGE, LLAMA4_PATCH = 200090, 200092
 ASR_START, ASR_PAD, ASR_END = 151669, 151676, 151670
 #: case -> model, the images, videos and audio clips of tests/sidecar/fixtures/inputs.npz it
@@ -44,19 +45,23 @@ CASES = {"one": ("Qwen/Qwen2-VL-7B-Instruct", ["one/png0"], [], [], None),
          "qwen2_5_normalized": ("Qwen/Qwen2.5-VL-7B-Instruct", ["one/png0"], ["video/clamp"], [], False),
          "qwen3_video": ("Qwen/Qwen3-VL-8B-Instruct", [], ["video/clamp", "video/tiny"], [], None),
          "inkling": ("thinkingmachines/Inkling", ["inkling/image0", "inkling/image1"], [], [], None),
+         "inkling_audio": ("thinkingmachines/Inkling", [], [], ["audio/clip0", "audio/clip1"], None),
          "llama4": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", ["llama4/jpeg0", "llama4/jpeg1"], [], [], None),
          "qwen3_asr": ("Qwen/Qwen3-ASR-1.7B-hf", [], [], ["audio/clip0", "audio/clip1"], None)}
 #: modality -> its main tensor's key and the keys of its items' sizes (one is present)
 PIXELS = {"image": ("pixel_values", ("image_grid_thw", "num_patches", "patches_per_image")),
           "video": ("pixel_values_videos", ("video_grid_thw",)),
-          "audio": ("input_audio_features", ("audio_feature_lengths",))}
+          "audio": ("input_audio_features", ("audio_feature_lengths", "num_audio_tokens"))}
 
 
 def _ids(model: str, images: int, videos: int, audios: int = 0) -> list[int]:
     """The worker's prompt: Qwen's vision markers around each placeholder; Inkling's
-    <|content_image|> marker alone per image (and one more, which stays text); Llama 4's
+    <|content_image|> (or <|content_audio_input|>) marker alone per item (and one more, which
+stays text); Llama 4's
     <|image|> per image."""
     if model.startswith("thinkingmachines/"):
+        if audios:
+            return [1] + [INKLING_AUDIO_MARKER, 7] * (audios + 1) + [2]
         return [1] + [INKLING_MARKER, 7] * (images + 1) + [2]
     if model.startswith("meta-llama/"):
         return [1] + [LLAMA4_IMAGE, 7] * images + [2]
@@ -106,10 +111,11 @@ def make_results(out: Path) -> None:
                 assert result.ok, result.message
                 (out / f"{case}.result").write_bytes(encode_result(result))
                 family = model.family.name
-                want = model.preprocess([data[k] for k in pngs], vllm_image.service_prompt(family, ids, len(pngs)),
-                                        videos=[data[k] for k in clips], audios=[data[k] for k in audios],
-                                        raw=runner.engine.raw)
-                embed = {"inkling": [INKLING_TOKEN], "llama4": [LLAMA4_PATCH]}.get(family, [PAD, VPAD, ASR_PAD])
+                prompt = vllm_audio.service_prompt(family, vllm_image.service_prompt(family, ids, len(pngs)), len(audios))
+                want = model.preprocess([data[k] for k in pngs], prompt, videos=[data[k] for k in clips],
+                                        audios=[data[k] for k in audios], raw=runner.engine.raw)
+                embed = {"inkling": [INKLING_TOKEN, INKLING_AUDIO], "llama4": [LLAMA4_PATCH]}.get(family,
+                                                                                                 [PAD, VPAD, ASR_PAD])
                 arrays = {"input_ids": want.input_ids, "embed": embed}
                 if pngs:
                     arrays.update(pixel_values=want.pixel_values, **want.tensors,
@@ -120,10 +126,10 @@ def make_results(out: Path) -> None:
                                    for k, v in vllm_video.video_batch(want).items()},
                                   video_ranges=np.array([v.structural_range for v in want.videos]))
                 if audios:
-                    batch = vllm_audio.audio_batch(want)
-                    arrays.update(input_audio_features=batch["input_audio_features"],
-                                  audio_feature_lengths=batch["audio_feature_lengths"],
-                                  audio_ranges=np.array([a.structural_range for a in want.audios]))
+                    batch = vllm_audio.audio_batch(want, family)
+                    arrays.update({k: v for k, v in batch.items() if k != "feature_attention_mask"},
+                                  audio_ranges=np.array([vllm_audio.vllm_span(family, a.structural_range)
+                                                         for a in want.audios]))
                 np.savez(out / f"{case}.npz", **arrays)
         await fetcher.aclose()
 
@@ -170,7 +176,7 @@ def rebuild(directory: Path) -> None:
             rebuilt = [{key: _dtype(elem.data) for key, elem in item.items()} for item in items]
             assert rebuilt == sent[modality], (rebuilt, sent[modality])
             # raw uint8 is not cast; float pixels are bfloat16 as vLLM's processor casts them
-            dtype = torch.uint8 if want[pixels].dtype == np.uint8 else torch.bfloat16
+            dtype = {np.uint8: torch.uint8, np.int32: torch.int32}.get(want[pixels].dtype.type, torch.bfloat16)
             assert all(item[pixels].data.dtype == dtype for item in items)
             batched = prompt["mm_kwargs"].get_data()  # the keyword arguments the model is called with
             assert torch.equal(batched[pixels], torch.from_numpy(want[pixels]).to(dtype))

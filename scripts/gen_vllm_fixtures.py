@@ -148,6 +148,10 @@ ASR_CLIPS = [dict(seconds=1.1, rate=44100, channels=2, fmt="mp3", seed=4),
 ASR_AUDIO = 151676
 ASR_PROMPT = [1, 151669, ASR_AUDIO, 151670, 13, 151669, ASR_AUDIO, 151670, 2]
 ASR_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_asr_tensors.npz"  # made by --make-inputs
+#: Inkling's audio: the same clips in a prompt of three <|content_audio_input|> markers (vLLM
+#: replaces the first two; the third stays text)
+INKLING_AUDIO_PROMPT = [1, 200020, 7, 200020, 8, 200020, 2]
+INKLING_AUDIO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_inkling_audio_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -232,10 +236,13 @@ def _make_audio_inputs() -> dict:
 
     clips = [audiogen.clip(**kwargs) for kwargs in ASR_CLIPS]
     out = jobs.load_model(ASR, "torchvision").preprocess([], ASR_PROMPT, audios=clips)
-    batch = vllm_audio.audio_batch(out)
+    batch = vllm_audio.audio_batch(out, "qwen3_asr")
     masks = {f"mask{i}": m for i, m in enumerate(batch["feature_attention_mask"])}
     np.savez(ASR_TENSORS, input_audio_features=batch["input_audio_features"],
              audio_feature_lengths=batch["audio_feature_lengths"], **masks)
+    prompt = vllm_audio.service_prompt("inkling", INKLING_AUDIO_PROMPT, len(clips))
+    out = jobs.load_model(INKLING, "torchvision").preprocess([], prompt, audios=clips)
+    np.savez(INKLING_AUDIO_TENSORS, **vllm_audio.audio_batch(out, "inkling"))
     return {f"audio/clip{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(clips)}
 
 
@@ -577,6 +584,60 @@ def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
             "hashes": hashes, "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
 
+def _inkling_audio_entry(inputs: Path, encoder, decoder) -> dict:
+    """Inkling's clips as vLLM 0.33.0 makes them (vllm/models/inkling/common/mm_preprocess.py):
+    loaded by ``AudioMediaIO`` and parsed by ``InklingMultiModalDataParser`` (16 kHz, mono),
+    keyed by vLLM's hasher; the extractor on the parsed clips together and the processor's
+    dMel bins cut to each clip's frames (``_apply_hf_processor_main``, lines 213-232,
+    transcribed), checked equal to the sidecar's; the items built with vLLM's
+    ``_get_mm_fields_config`` and ``from_hf_inputs`` from the sidecar's tensors; the prompt
+    and ranges from vLLM's ``_get_prompt_updates``."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+    from transformers.models.inkling import InklingFeatureExtractor
+    from vllm.models.inkling.common.mm_preprocess import InklingMultiModalDataParser, InklingMultiModalProcessor
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.multimodal.media.audio import AudioMediaIO
+    from vllm.multimodal.processing import BaseMultiModalProcessor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gen_inkling_audio_fixtures
+
+    with np.load(inputs) as npz:
+        clips = [npz[f"audio/clip{i}"].tobytes() for i in range(len(ASR_CLIPS))]
+    parsed = InklingMultiModalDataParser(target_sr=16000, target_channels=1).parse_mm_data(
+        {"audio": [AudioMediaIO().load_bytes(raw) for raw in clips]})["audio"]
+    waves = parsed.get_all_items_for_hash()
+    processor = gen_inkling_audio_fixtures.processor()  # the real __init__'s defaults and bin centers
+    extractor = InklingFeatureExtractor()
+    feat = extractor(list(waves), sampling_rate=extractor.sampling_rate, return_tensors="pt")
+    bins = processor._extract_dmel_bins(feat["input_features"])
+    counts = feat["input_features_mask"].sum(-1)
+    own = torch.cat([ids[:n] for ids, n in zip(bins, counts)])
+    with np.load(INKLING_AUDIO_TENSORS) as t:
+        hf_inputs = BatchFeature({k: torch.from_numpy(t[k]) for k in ("input_audio_features", "num_audio_tokens")})
+    assert torch.equal(own, hf_inputs["input_audio_features"]) and torch.equal(counts.to(torch.int64),
+                                                                               hf_inputs["num_audio_tokens"])
+    config = InklingMultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
+    kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)
+    updates = InklingMultiModalProcessor._get_prompt_updates(None, None, {}, kwargs)
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
+    ids, placeholders = object.__new__(InklingMultiModalProcessor)._apply_prompt_updates(
+        list(INKLING_AUDIO_PROMPT), bound)
+    ranges = [p.to_range() for p in placeholders["audio"]]
+    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    print(f"inkling audio: bins equal vLLM's path ({own.dtype}), frames {counts.tolist()}, items "
+          f"{[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}")
+    return {"family": "inkling", "model": INKLING, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
+            "bins_equal_vllms": True, "prompt": INKLING_AUDIO_PROMPT, "prompt_token_ids": [int(t) for t in ids],
+            "placeholders": [{"offset": r.offset, "length": r.length,
+                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=INKLING, audio=w) for w in waves],
+            "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
+
+
 def _refused_entries(inputs: Path) -> list[dict]:
     """For each refused family whose HF processor the service reproduces in its PIL class:
     the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
@@ -705,7 +766,8 @@ def main() -> None:
 
     llama4, llama4_dtypes = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
     videos = _video_entries(args.inputs, encoder, decoder)
-    families = [_inkling_entry(args.inputs, encoder, decoder), _qwen3_asr_entry(args.inputs, encoder, decoder)]
+    families = [_inkling_entry(args.inputs, encoder, decoder), _qwen3_asr_entry(args.inputs, encoder, decoder),
+                _inkling_audio_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
 
     manifest = {

@@ -139,8 +139,9 @@ class JobRunner:
         images, videos, audios = ([raw for raw, item in zip(data, job.items) if item.modality == m]
                                   for m in ("image", "video", "audio"))
         family = self.model.family.name
-        out = self.model.preprocess(images, vllm_image.service_prompt(family, job.prompt_token_ids, len(images)),
-                                    videos=videos, audios=audios, raw=self.engine.raw, use_cache=False)
+        prompt = vllm_audio.service_prompt(family, vllm_image.service_prompt(family, job.prompt_token_ids,
+                                                                             len(images)), len(audios))
+        out = self.model.preprocess(images, prompt, videos=videos, audios=audios, raw=self.engine.raw, use_cache=False)
         hashes, placeholders, kwargs = {}, {}, {}
         dtype = self.engine.fingerprint.dtype
         if images:
@@ -156,10 +157,11 @@ class JobRunner:
             placeholders["video"] = [_placeholder(v.structural_range, v.patch_ranges) for v in out.videos]
             kwargs["video"] = [vllm_items.encode_item(item) for item in items]
         if audios:
-            items = vllm_items.split_items(vllm_items.cast_floats(vllm_audio.audio_batch(out), dtype),
+            items = vllm_items.split_items(vllm_items.cast_floats(vllm_audio.audio_batch(out, family), dtype),
                                            vllm_audio.AUDIO_FIELDS[family](out))
             hashes["audio"] = [self._audio_hash(raw, i) for i, raw in enumerate(audios)]
-            placeholders["audio"] = [_placeholder(a.structural_range, a.patch_ranges) for a in out.audios]
+            placeholders["audio"] = [_placeholder(vllm_audio.vllm_span(family, a.structural_range), a.patch_ranges)
+                                     for a in out.audios]
             kwargs["audio"] = [vllm_items.encode_item(item) for item in items]
         return JobResult(
             v=SCHEMA_VERSION, job_id=job.job_id, ok=True, fingerprint=self.engine.fingerprint,
@@ -253,7 +255,8 @@ def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
 def check_served(model: Preprocessor) -> None:
     """ValueError unless the sidecar knows what vLLM builds for the model's family (why
     not: ``vllm_image.REFUSED``)."""
-    vllm_image.check_served(model.family)
+    vllm_image.check_served(model.family, vllm_audio.AUDIO_FIELDS)
+    vllm_audio.check_ids(model.family)
 
 
 def fingerprint_from(mapping: Mapping[str, str]) -> Fingerprint:

@@ -18,13 +18,12 @@ that decides it, why each other family is not served.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..core.carriers import PreprocessOutput
 from ..core.errors import invalid
 from ..families import Family
 from ..families.inkling.inkling import Inkling
-from .vllm_audio import AUDIO_FIELDS
 from . import vllm_items
 
 #: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
@@ -95,13 +94,13 @@ REFUSED = {
 }
 
 
-def check_served(family: Family) -> None:
+def check_served(family: Family, audio_families: Iterable[str] = ()) -> None:
     """ValueError unless the sidecar knows what vLLM builds for the family: why not, for a
     family ``REFUSED`` names."""
     name = family.name
     if name in REFUSED:
         raise ValueError(f"the sidecar does not serve the {name} family: {REFUSED[name]}")
-    served = {*IMAGE_FIELDS, *AUDIO_FIELDS}
+    served = {*IMAGE_FIELDS, *audio_families}
     if name not in served:
         raise ValueError(f"the sidecar does not serve the {name} family yet (served: {', '.join(sorted(served))})")
     if isinstance(family, Inkling) and (family.config.image_bos_token_id, family.image_token_id) != (
@@ -137,21 +136,27 @@ def image_batch(out: PreprocessOutput, family: str, dtype: str) -> dict[str, Any
 def service_prompt(family: str, ids: list[int], images: int) -> list[int]:
     """The worker's prompt as the service takes it: where vLLM keeps a marker per image
     (``MARKERS``), the family's placeholder put after each of the first ``images`` markers
-    (vLLM replaces the first ones, in order; a later one stays text). INVALID_ARGUMENT for a
-    prompt that holds the placeholder itself (vLLM would keep it as text; the service
-    cannot)."""
-    if family not in MARKERS or not images:
+    (``after_markers``)."""
+    if family not in MARKERS:
         return ids
-    marker, placeholder = MARKERS[family]
+    return after_markers(ids, *MARKERS[family], images, "image")
+
+
+def after_markers(ids: list[int], marker: int, placeholder: int, count: int, what: str) -> list[int]:
+    """``placeholder`` put after each of the first ``count`` ``marker`` tokens (vLLM replaces
+    the first ones, in order; a later one stays text). INVALID_ARGUMENT for a prompt that
+    holds the placeholder itself (vLLM would keep it as text; the service cannot)."""
+    if not count:
+        return ids
     if placeholder in ids:
-        raise invalid(f"the prompt holds the image token {placeholder} itself: vLLM's prompt carries only the "
-                      f"marker {marker} per image")
+        raise invalid(f"the prompt holds the {what} token {placeholder} itself: vLLM's prompt carries only the "
+                      f"marker {marker} per {what}")
     out: list[int] = []
     for token in ids:
         out.append(token)
-        if token == marker and images:
+        if token == marker and count:
             out.append(placeholder)
-            images -= 1
+            count -= 1
     return out
 
 

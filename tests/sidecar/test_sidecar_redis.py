@@ -454,17 +454,34 @@ def test_llama4_images_carry_bfloat16_pixels_and_is_embed(stack, media, tmp_path
 INKLING = "thinkingmachines/Inkling"
 
 
+def _assert_vllms(result, entry: dict, modality: str) -> None:
+    """``result`` holds what vLLM 0.33.0 computed for the fixtures' job (MANIFEST.json
+    "families"): its ids, ranges, keys and item bytes (in vLLM's run's key order)."""
+    assert result.ok, result.message
+    assert result.prompt_token_ids == entry["prompt_token_ids"]
+    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+            for p in result.mm_placeholders[modality]] == entry["placeholders"]
+    assert result.mm_hashes == {modality: entry["hashes"]}
+    for raw, want in zip(result.mm_kwargs[modality], entry["items"], strict=True):
+        item = msgspec.msgpack.decode(raw)
+        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})
+        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+
+
 def test_inkling_results_are_vllms_own(stack, media, tmp_path):
-    """A sidecar for Inkling on the module's Redis: the fixtures' job (two images, by data URL
-    and over HTTP, in a prompt of three <|content_image|> markers) is answered with what vLLM
-    0.33.0 computed for it (fixtures/MANIFEST.json "families"): the expanded ids, each range
-    with is_embed off on its marker, vLLM's keys, and items whose bytes (bfloat16 pixels)
-    hash to vLLM's."""
-    entry = next(e for e in json.loads((FIXTURES / "MANIFEST.json").read_text())["families"]
-                 if e["model"] == INKLING)
+    """A sidecar for Inkling on the module's Redis: the fixtures' jobs (two images, by data
+    URL and over HTTP, in a prompt of three <|content_image|> markers; an MP3 and a WAV
+    likewise, three <|content_audio_input|> markers) are answered with what vLLM 0.33.0
+    computed for them (fixtures/MANIFEST.json "families"): the expanded ids, each range with
+    is_embed off on its marker, vLLM's keys, and items whose bytes (bfloat16 pixels, int32
+    dMel bins) hash to vLLM's."""
+    entries = [e for e in json.loads((FIXTURES / "MANIFEST.json").read_text())["families"] if e["model"] == INKLING]
+    (entry,), (audio_entry,) = [e for e in entries if "clips" not in e], [e for e in entries if "clips" in e]
     with np.load(FIXTURES / "inputs.npz") as npz:
         images = [npz[f"inkling/image{i}"].tobytes() for i in range(2)]
+        clips = [npz[f"audio/clip{i}"].tobytes() for i in range(2)]
     (media.root / "inkling1.jpg").write_bytes(images[1])
+    (media.root / "inkling1.wav").write_bytes(clips[1])
     fingerprint = msgspec.structs.replace(FINGERPRINT, model=INKLING)
     fp = tmp_path / "fp.json"
     fp.write_text(json.dumps(fingerprint.to_hello()))
@@ -477,19 +494,16 @@ def test_inkling_results_are_vllms_own(stack, media, tmp_path):
                    entry["prompt"], fingerprint=fingerprint)
         stack.client.lpush(keys.jobs, encode_job(job))
         popped = stack.client.brpop(keys.result(job.job_id), timeout=60)
+        audio_job = _job([f"data:audio/mpeg;base64,{base64.b64encode(clips[0]).decode()}",
+                          f"{media.http}/inkling1.wav"], audio_entry["prompt"], modality="audio",
+                         fingerprint=fingerprint)
+        stack.client.lpush(keys.jobs, encode_job(audio_job))
+        audio_popped = stack.client.brpop(keys.result(audio_job.job_id), timeout=60)
     finally:
         sidecar.stop()
-    assert popped is not None, sidecar.log_text()
-    result = decode_result(popped[1])
-    assert result.ok, result.message
-    assert result.prompt_token_ids == entry["prompt_token_ids"]
-    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
-            for p in result.mm_placeholders["image"]] == entry["placeholders"]
-    assert result.mm_hashes == {"image": entry["hashes"]}
-    for raw, want in zip(result.mm_kwargs["image"], entry["items"], strict=True):
-        item = msgspec.msgpack.decode(raw)
-        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})  # vLLM's run's key order
-        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+    assert popped is not None and audio_popped is not None, sidecar.log_text()
+    _assert_vllms(decode_result(popped[1]), entry, "image")
+    _assert_vllms(decode_result(audio_popped[1]), audio_entry, "audio")
 
 
 def test_results_equal_the_servers_vllm_payload(stack, media, tmp_path):
@@ -575,15 +589,7 @@ def test_qwen3_asr_clips_are_vllms_own_and_the_services(stack, media, tmp_path):
     finally:
         sidecar.stop()
     assert popped is not None, sidecar.log_text()
-    result = decode_result(popped[1])
-    assert result.ok, result.message
-    assert result.prompt_token_ids == entry["prompt_token_ids"] and result.mm_hashes == {"audio": entry["hashes"]}
-    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
-            for p in result.mm_placeholders["audio"]] == entry["placeholders"]
-    for raw, want in zip(result.mm_kwargs["audio"], entry["items"], strict=True):
-        item = msgspec.msgpack.decode(raw)
-        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})  # vLLM's run's key order
-        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+    _assert_vllms(decode_result(popped[1]), entry, "audio")
     assert (refused["image"].code, refused["not audio"].code) == ("fetch_failed", "decode_failed")
     out = Preprocessor.from_model(ASR, cache_bytes=0).preprocess([], wav_ids, audios=[clips[1]])
     assert by_worker.ok and by_worker.prompt_token_ids == out.input_ids.tolist()

@@ -11,7 +11,7 @@ The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMed
 loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
 loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
 the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos"). The
-other served families (MANIFEST.json "families": Inkling images, Qwen3-ASR clips): vLLM's item bytes by sha256, the
+other served families (MANIFEST.json "families": Inkling images and clips, Qwen3-ASR clips): vLLM's item bytes by sha256, the
 expanded prompt and PlaceholderRanges vLLM's own prompt-update code gives, and vLLM's keys;
 the refused ones: what vLLM's processor does that the service does not (MANIFEST.json
 "refused", vllm_image.REFUSED).
@@ -294,7 +294,7 @@ def _in_order(raw: bytes, keys: list[str]) -> bytes:
     return msgspec.msgpack.encode({key: item[key] for key in keys})
 
 
-@pytest.mark.parametrize("entry", FAMILIES, ids=lambda e: e["model"])
+@pytest.mark.parametrize("entry", FAMILIES, ids=lambda e: f"{e['model']}-{'audio' if 'clips' in e else 'image'}")
 def test_other_families_results_are_vllms(entry):
     """The sidecar's whole result for vLLM's prompt and images (Qwen3-ASR: audio clips): the
     expanded ids, each item's PlaceholderRange (offset, length, is_embed) and key as vLLM
@@ -335,7 +335,7 @@ def test_inkling_is_upscaled_and_cast_as_vllm_does():
     rescale_image_frac (its pixels, equal to the sidecar's: the fixtures), casts the pixels
     to bfloat16 and keeps the marker before each image's tokens; a third marker with two
     images stays text."""
-    (entry,) = [e for e in FAMILIES if e["family"] == "inkling"]
+    (entry,) = [e for e in FAMILIES if e["family"] == "inkling" and "clips" not in e]
     assert entry["pixels_equal_vllms"] and entry["image_processor"] == "InklingImageProcessor"
     assert load_model_config(entry["model"]).family.config.rescale_image_frac is None
     assert jobs.load_model(entry["model"], "torchvision").family.config.rescale_image_frac == 2.0
