@@ -22,11 +22,18 @@ on (too short for the centred STFT's reflection). ``batch/*``: two clips in one 
 ``rope/*``: the thinker's ``get_rope_index`` (``modeling_qwen3_omni_moe.py``, the
 checkpoint's thinker ids) on a prompt of text, a 128x224 image, a clip of 101 frames and a
 64x64 image: ``rope/ids`` (the expanded prompt), ``rope/positions`` [3, n], ``rope/delta``.
+``video/*``: a small H.264 clip (``video/clip``, tests/videogen.clip), its frames decoded by
+PyAV (``video/frames_sha256``), through ``Qwen3OmniMoeProcessor._process_videos`` with the
+processor's own ``videos_kwargs`` and ``Qwen2VLVideoProcessor`` (torchvision) configured from
+the checkpoint's preprocessor_config.json: ``pixel_values_videos`` (sha256 of its float32
+bytes), ``video_grid_thw``, ``video_second_per_grid``, the replacement's token count; and
+the thinker's positions of a prompt of an image, that video and a clip (``mixed/*``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -35,11 +42,13 @@ import numpy as np
 import torch
 import transformers
 from transformers import WhisperFeatureExtractor
+from transformers import Qwen2VLVideoProcessor
 from transformers.models.qwen3_omni_moe import Qwen3OmniMoeProcessor, Qwen3OmniMoeThinkerConfig
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoePreTrainedModelForConditionalGeneration, _get_feat_extract_output_lengths)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from gen_inkling_audio_fixtures import as_float, rounded_hann  # noqa: E402
 from gen_qwen3_asr_fixtures import clips  # noqa: E402
 
@@ -95,9 +104,7 @@ def run(proc: Qwen3OmniMoeProcessor, audio: list[np.ndarray]):
 def rope() -> dict[str, np.ndarray]:
     """HF's positions for text, an image, a clip and an image."""
     cfg = Qwen3OmniMoeThinkerConfig(**THINKER)
-    model = Qwen3OmniMoePreTrainedModelForConditionalGeneration.__new__(
-        Qwen3OmniMoePreTrainedModelForConditionalGeneration)
-    model.__dict__.update(config=cfg, spatial_merge_size=2)
+    model = _model(cfg)
     frames = torch.tensor([ROPE_FRAMES])
     n_audio = int(_get_feat_extract_output_lengths(frames, cfg.audio_config.n_window)[0])
 
@@ -111,6 +118,51 @@ def rope() -> dict[str, np.ndarray]:
                                       False, frames, None)
     return {"rope/ids": np.array(ids), "rope/positions": pos[:, 0].numpy().astype(np.int64),
             "rope/delta": delta.numpy().reshape(-1).astype(np.int64)}
+
+
+#: The checkpoints' image and video processor knobs (preprocessor_config.json).
+VISION = dict(patch_size=16, temporal_patch_size=2, merge_size=2, min_pixels=3136, max_pixels=12845056,
+              image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+VIDEO_CLIP = dict(frames=9, fps=6, size=(72, 120))
+
+
+def _model(cfg):
+    model = Qwen3OmniMoePreTrainedModelForConditionalGeneration.__new__(
+        Qwen3OmniMoePreTrainedModelForConditionalGeneration)
+    model.__dict__.update(config=cfg, spatial_merge_size=2)
+    return model
+
+
+def video() -> dict[str, np.ndarray]:
+    """HF's Qwen3-Omni video path on a small clip, and the positions of image + video + clip."""
+    import av
+    import videogen
+
+    clip = videogen.clip(**VIDEO_CLIP)
+    with av.open(io.BytesIO(clip)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    proc = Qwen3OmniMoeProcessor.__new__(Qwen3OmniMoeProcessor)
+    proc.video_processor = Qwen2VLVideoProcessor(**VISION)
+    proc.video_token = "<|video_pad|>"
+    out, (rep,) = proc._process_videos([frames], videos_kwargs={**Qwen3OmniMoeProcessor.videos_kwargs,
+                                                               "return_tensors": "pt"}, load_audio_from_video=False)
+    pv, grid = out["pixel_values_videos"].numpy(), out["video_grid_thw"]
+    spg = torch.tensor(out["video_second_per_grid"], dtype=torch.float32)
+    cfg = Qwen3OmniMoeThinkerConfig(**THINKER)
+    frames_audio = torch.tensor([ROPE_FRAMES])
+    n_audio = int(_get_feat_extract_output_lengths(frames_audio, cfg.audio_config.n_window)[0])
+    n_video = int(grid[0].prod()) // 4
+    ids = [11, 151652, *[cfg.image_token_id] * 28, 151653, 12, 151652, *[cfg.video_token_id] * n_video, 151653,
+           13, 151669, *[cfg.audio_token_id] * n_audio, 151670, 14]
+    pos, delta = _model(cfg).get_rope_index(torch.tensor([ids]), torch.tensor(ROPE_IMAGES[:1]), grid,
+                                            torch.ones(1, len(ids), dtype=torch.long), False, frames_audio, spg)
+    return {"video/clip": np.frombuffer(clip, np.uint8), "video/frames_sha256": np.array(hashlib.sha256(
+        frames.tobytes()).hexdigest()), "video/pixel_values_videos_sha256": np.array(hashlib.sha256(
+            pv.astype(np.float32).tobytes()).hexdigest()), "video/shape": np.array(pv.shape),
+            "video/video_grid_thw": grid.numpy(), "video/second_per_grid": spg.numpy(),
+            "video/tokens": np.int64(len(rep) // len(proc.video_token)),
+            "mixed/ids": np.array(ids), "mixed/positions": pos[:, 0].numpy().astype(np.int64),
+            "mixed/delta": delta.numpy().reshape(-1).astype(np.int64)}
 
 
 def main() -> None:
@@ -138,6 +190,7 @@ def main() -> None:
     data["batch/feat"], data["batch/mask"], data["batch/tokens"] = run(proc, padded)
     data["refused"] = np.array(refused)
     data.update(rope())
+    data.update(video())
     meta = {
         "transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
         "python": sys.version.split()[0], "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -30,12 +30,15 @@ RopeSpan = tuple[int, int, tuple[int, int, int], SupportsFloat | None]
 
 
 def mrope_positions(length: int, items: Iterable[RopeSpan | tuple[int, int, tuple[int, int, int]]],
-                    merge: int) -> MRope:
+                    merge: int, after_max: bool = False) -> MRope:
     """positions int64 [3, length] and delta = max + 1 - length.
 
     ``items``: per image or video, in prompt order, ``(offset, count, (t, h, w))`` or
     ``(offset, count, (t, h, w), interval)`` where offset/count is the item's token span,
-    (t, h, w) its patch grid and interval (float32, or None) its temporal spacing.
+    (t, h, w) its patch grid and interval (float32, or None) its temporal spacing. The text
+    after an item starts ``max(h, w) / merge`` past the item's start (transformers 5.24's
+    Qwen2/2.5/3-VL), or with ``after_max`` one past the item's largest position, its
+    temporal ones included (Qwen3-Omni's ``get_rope_index``).
     """
     pos = np.empty((3, length), dtype=np.int64)
     cursor = 0  # first source index not yet placed
@@ -54,7 +57,7 @@ def mrope_positions(length: int, items: Iterable[RopeSpan | tuple[int, int, tupl
         pos[0, offset : offset + count] = tt.reshape(-1) + next_pos
         pos[1, offset : offset + count] = hh.reshape(-1) + next_pos
         pos[2, offset : offset + count] = ww.reshape(-1) + next_pos
-        next_pos += max(lh, lw)
+        next_pos += max(lh, lw, int(ts[-1]) + 1 if after_max and t else 0)
         cursor = offset + count
     pos[:, cursor:] = np.arange(next_pos, next_pos + (length - cursor))
     delta = int(pos.max()) + 1 - length if length else 0

@@ -1,7 +1,8 @@
 """Qwen3-Omni (``families/qwen/omni.py``): its audio features against transformers 5.24.0's
 ``WhisperFeatureExtractor`` through ``Qwen3OmniMoeProcessor._process_audio`` as vLLM 0.33
 hands it a clip (zero-padded to a multiple of the hop first), its positions against the
-thinker's ``get_rope_index``, and a prompt of images and clips through the pipeline.
+thinker's ``get_rope_index``, its videos against ``Qwen3OmniMoeProcessor._process_videos``,
+and prompts of images, a video and clips through the pipeline.
 
 The reference outputs are ``tests/audio/fixtures/qwen3_omni_features.npz``, written by
 ``scripts/gen_qwen3_omni_fixtures.py`` with transformers 5.24.0 and torch 2.14.0+cu130 (CPU,
@@ -64,7 +65,7 @@ def test_fixture_is_what_the_docstring_says():
 
 def test_the_preset_is_the_thinker_with_audio(family):
     c = family.config
-    assert isinstance(family, omni.Qwen3Omni) and family.modalities == ("image", "audio")
+    assert isinstance(family, omni.Qwen3Omni) and family.modalities == ("image", "video", "audio")
     assert (c.patch_size, c.merge_size, c.temporal_patch_size, c.image_mean, c.image_std) == (
         16, 2, 2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     assert (c.image_token_id, c.audio_token_id, c.vision_start_token_id) == (151655, 151675, 151652)
@@ -150,11 +151,30 @@ def test_images_and_a_clip_in_one_prompt_have_the_thinkers_ids_and_positions():
     assert out.audios[0].structural_range == (34, 14)
 
 
-def test_videos_and_raw_pixels_are_refused(family):
-    pp = Preprocessor.from_model(MODEL)
-    with pytest.raises(PreprocessError) as e:
-        pp.preprocess([], videos=[b"\x00" * 64])
-    assert e.value.code is Code.FAILED_PRECONDITION and "video" in e.value.detail
+def test_a_video_is_the_thinkers():
+    """``Qwen3OmniMoeProcessor._process_videos`` (its own size bounds, over the checkpoint's;
+    every frame; 2.0 seconds per grid whatever the rate): pixels bit for bit, grid, tokens."""
+    pytest.importorskip("av")
+    pp = Preprocessor.from_model(MODEL, cache_bytes=0)
+    out = pp.preprocess([], [1, 151652, 151656, 151653, 2], videos=[DATA["video/clip"].tobytes()])
+    assert out.pixel_values_videos.shape == tuple(DATA["video/shape"])
+    assert hashlib.sha256(out.pixel_values_videos.tobytes()).hexdigest() == str(DATA["video/pixel_values_videos_sha256"])
+    assert np.array_equal(out.video_tensors["video_grid_thw"], DATA["video/video_grid_thw"])
+    assert np.array_equal(out.video_tensors["second_per_grid_ts"], DATA["video/second_per_grid"])
+    assert out.videos[0].token_count == int(DATA["video/tokens"])
+
+
+def test_an_image_a_video_and_a_clip_in_one_prompt_have_the_thinkers_positions():
+    pytest.importorskip("av")
+    pp = Preprocessor.from_model(MODEL, cache_bytes=0)
+    ids = [11, 151652, 151655, 151653, 12, 151652, 151656, 151653, 13, 151669, 151675, 151670, 14]
+    out = pp.preprocess([png(128, 224, 0)], ids, videos=[DATA["video/clip"].tobytes()],
+                        audios=[wav(160 * 100 + 123)])
+    assert np.array_equal(out.input_ids, DATA["mixed/ids"])
+    assert np.array_equal(out.positions, DATA["mixed/positions"]) and out.rope_delta == int(DATA["mixed/delta"][0])
+
+
+def test_raw_pixels_are_refused(family):
     with pytest.raises(PreprocessError) as e:
         family.raw()
     assert e.value.code is Code.FAILED_PRECONDITION and "supports_mm_device_do_normalize" in e.value.detail

@@ -380,9 +380,37 @@ def expected_tokenspeed_with_videos(out, field_layout, video_layout, raw_blake3,
                                     via: str = "decoded") -> dict:
     """The TokenSpeed stub's report: image items (as ``expected_tokenspeed``) and one item
     per video, in prompt order."""
+    return _tokenspeed_report(out, field_layout, raw_blake3, request_id, dtype, via,
+                              _video_items(out, video_layout, dtype, via))
+
+
+def expected_tokenspeed_with_audio(out, field_layout, audio_layout, raw_blake3, request_id, dtype="bfloat16",
+                                   via: str = "decoded") -> dict:
+    """The TokenSpeed stub's report: image items (as ``expected_tokenspeed``) and one item
+    per audio clip, in prompt order; a clip's encoder input is its features as floats
+    (integer bins exactly), in ``dtype``."""
+    return _tokenspeed_report(out, field_layout, raw_blake3, request_id, dtype, via,
+                              _audio_items(out, audio_layout, dtype, via))
+
+
+def expected_tokenspeed_mixed(out, field_layout, video_layout, audio_layout, raw_blake3, request_id,
+                              dtype="bfloat16", via: str = "decoded") -> dict:
+    """The TokenSpeed stub's report for images, videos and audio clips, in prompt order."""
+    return _tokenspeed_report(out, field_layout, raw_blake3, request_id, dtype, via,
+                              _video_items(out, video_layout, dtype, via) + _audio_items(out, audio_layout, dtype, via))
+
+
+def _tokenspeed_report(out, field_layout, raw_blake3, request_id, dtype, via, others: list) -> dict:
+    """The image items and ``others`` ((offset, item) pairs), sorted by offset."""
     report = expected_tokenspeed(out, field_layout, raw_blake3, request_id, dtype, via) if out.images else {
         "backend": "tokenspeed", "request_id": request_id, "input_ids": ids_digest(out.input_ids), "items": []}
-    items = [(im.structural_range[0], it) for im, it in zip(out.images, report["items"])]
+    items = [(im.structural_range[0], it) for im, it in zip(out.images, report["items"])] + others
+    report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
+    return report
+
+
+def _video_items(out, video_layout, dtype, via) -> list:
+    items = []
     for i, v in enumerate(out.videos):
         h = blake3.blake3(video_item_hash(v).encode()).digest()
         items.append((v.structural_range[0], {
@@ -398,18 +426,11 @@ def expected_tokenspeed_with_videos(out, field_layout, video_layout, raw_blake3,
             "placeholder_token_id": out.video_token_id,
             "offset_tokens_not_placeholder": 0,
         }))
-    report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
-    return report
+    return items
 
 
-def expected_tokenspeed_with_audio(out, field_layout, audio_layout, raw_blake3, request_id, dtype="bfloat16",
-                                   via: str = "decoded") -> dict:
-    """The TokenSpeed stub's report: image items (as ``expected_tokenspeed``) and one item
-    per audio clip, in prompt order; a clip's encoder input is its features as floats
-    (integer bins exactly), in ``dtype``."""
-    report = expected_tokenspeed(out, field_layout, raw_blake3, request_id, dtype, via) if out.images else {
-        "backend": "tokenspeed", "request_id": request_id, "input_ids": ids_digest(out.input_ids), "items": []}
-    items = [(im.structural_range[0], it) for im, it in zip(out.images, report["items"])]
+def _audio_items(out, audio_layout, dtype, via) -> list:
+    items = []
     key = audio_layout.encoder_input_key
     features = out.audio_tensors[key].astype(np.float32)
     for i, a in enumerate(out.audios):
@@ -427,8 +448,7 @@ def expected_tokenspeed_with_audio(out, field_layout, audio_layout, raw_blake3, 
             "placeholder_token_id": out.audio_token_id,
             "offset_tokens_not_placeholder": 0,
         }))
-    report["items"] = [it for _o, it in sorted(items, key=lambda p: p[0])]
-    return report
+    return items
 
 
 def item_rows_of(tensors: dict, layout, k: str, arr: np.ndarray, i: int) -> np.ndarray:

@@ -14,7 +14,7 @@ fused rescale/normalize). Both are bit-exact with their class; they differ from 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, NamedTuple, Sequence
+from typing import ClassVar, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -125,8 +125,10 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
     name = "qwen_vl"
     reference_processor = "Qwen2VLImageProcessorPil"
     uses_mrope = True
+    #: ``mrope_positions``' ``after_max``: the text after a video starts past its temporal positions.
+    positions_after_max = False
     processors = PROCESSORS
-    modalities = ("image", "video")
+    modalities: ClassVar[tuple[str, ...]] = ("image", "video")
 
     def __init__(self, config: QwenVLConfig):
         if config.processor not in PROCESSORS:
@@ -248,7 +250,7 @@ class QwenVL(VideoFamily[QwenVLConfig, Grid, qwen_video.VideoConfig, qwen_video.
         """HF ``get_rope_index``; ``videos``: the videos' items (``video_items``), in any order."""
         images: list[RopeSpan] = [(off, n, p.geometry, None) for (off, n), p in zip(applied.structural_ranges, plans)]
         spans = sorted([*images, *videos], key=lambda item: item[0])
-        return mrope_positions(len(applied.input_ids), spans, self.config.merge_size)
+        return mrope_positions(len(applied.input_ids), spans, self.config.merge_size, self.positions_after_max)
 
     # -- video -------------------------------------------------------------------------
 

@@ -25,16 +25,27 @@ many (vLLM: ``[audio_token_id] * n``; refused there at 0). ``<|audio_start|>`` a
 ``get_rope_index`` gives audio tokens text positions and images Qwen2-VL's, so the
 ``QwenVL`` rule holds for a prompt of images and clips.
 
+Videos: ``Qwen2VLVideoProcessor`` (``video_processing_auto``), configured from
+preprocessor_config.json (there is no video_preprocessor_config.json), every frame (the
+class's ``do_sample_frames`` is off), at the size bounds the processor passes on every call
+(``Qwen3OmniMoeProcessor.videos_kwargs``: 128 to 768 tokens of 32x32 pixels a frame, which
+win over the checkpoint's); each becomes ``<|video_pad|>`` per merged patch, and its
+``video_second_per_grid`` is the temporal patch over the call's fps, 1.0 when none
+(``_process_videos``): 2.0 seconds whatever the video's rate. vLLM names it
+``second_per_grid_ts`` (``_postprocess_hf_mm_data``), as here. The thinker's positions give
+a video's temporal groups ``t * second_per_grid * position_id_per_seconds``, the interval the
+``QwenVL`` rule takes (Qwen2.5-VL's, with ``tokens_per_second``); the text after a video
+starts one past its largest position (``positions_after_max``). Audio within a video
+(``use_audio_in_video``) is not taken: the gateway turns it off.
+
 Tensors: ``whisper_features.batch`` (``input_audio_features`` [clips, 128, Tmax],
 ``feature_attention_mask``, ``audio_feature_lengths``), the layout the gateway sends
-(smg ``registry/qwen3_omni.rs``). Videos are not served yet (FAILED_PRECONDITION): the
-thinker's video path (``Qwen2VLVideoProcessor`` with the processor's own size, its
-``video_second_per_grid`` and vLLM's loader) is not reproduced.
+(smg ``registry/qwen3_omni.rs``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,11 +54,15 @@ from ...core.errors import Code, PreprocessError
 from ...core.layout import Expansion
 from .. import hf_keys
 from ..audio import AudioFamily, AudioPlan, kept_samples
-from . import image as qwen_vl, whisper_features
+from . import image as qwen_vl, video as qwen_video, whisper_features
 from .image import Grid, QwenVL, QwenVLConfig
 
 MODEL_TYPES = ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
 PROCESSOR = "Qwen3OmniMoeProcessor"
+#: ``Qwen3OmniMoeProcessor.videos_kwargs``' size: the video pixel bounds of every call.
+VIDEO_PIXELS = (128 * 32 * 32, 768 * 32 * 32)
+#: ``Qwen3OmniMoeThinkerConfig.position_id_per_seconds``' default (the checkpoints set 13).
+POSITION_ID_PER_SECONDS = 25
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,8 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
     d = Qwen3OmniConfig()
     vl = qwen_vl.config_from_hf(preprocessor, {**thinker, "model_type": d.model_type}, video={})
     n_window = hf_keys.get(thinker.get("audio_config") or {}, "n_window", default=d.audio.n_window)
-    fields = {f: getattr(vl, f) for f in vl.__dataclass_fields__ if f != "video"}
+    fields = {f: getattr(vl, f) for f in vl.__dataclass_fields__}
+    fields["video"] = _video(preprocessor, thinker, vl)
     fields["min_pixels"], fields["max_pixels"] = hf_keys.pixel_bounds(preprocessor, d.min_pixels, d.max_pixels)
     fields["patch_size"] = hf_keys.as_int(hf_keys.get(preprocessor, "patch_size", default=d.patch_size), "patch_size")
     return Qwen3OmniConfig(
@@ -84,6 +100,16 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         audio_token_id=hf_keys.token_id(thinker, "audio_token_id", default=d.audio_token_id),
         audio=whisper_features.LogMelConfig(**whisper_features.config_from_hf(preprocessor, n_window, d.audio)),
     )
+
+
+def _video(preprocessor: dict, thinker: dict, vl: QwenVLConfig) -> qwen_video.VideoConfig:
+    """The video processor as the thinker's processor calls it (module docstring)."""
+    ids = {k: getattr(vl, k) for k in ("video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    video = qwen_video.video_config_from_hf(preprocessor, {"model_type": "qwen3_omni_moe"}, ids, None)
+    pid = hf_keys.as_int(hf_keys.get(thinker, "position_id_per_seconds", default=POSITION_ID_PER_SECONDS),
+                         "position_id_per_seconds")
+    return replace(video, min_pixels=VIDEO_PIXELS[0], max_pixels=VIDEO_PIXELS[1], tokens_per_second=pid,
+                   nominal_fps=1.0)
 
 
 @dataclass(frozen=True)
@@ -103,23 +129,18 @@ class ExtractorCall:
 
 class Qwen3Omni(QwenVL, AudioFamily[QwenVLConfig, Grid, ExtractorCall]):
     name = "qwen3_omni"
-    modalities = ("image", "audio")
+    modalities = ("image", "video", "audio")
     audio_features_key = "input_audio_features"
+    positions_after_max = True
     config: Qwen3OmniConfig
 
     def __init__(self, config: Qwen3OmniConfig):
-        if config.video is not None:
-            raise hf_keys.ConfigError("Qwen3-Omni videos are not served")
         if config.audio_token_id in (config.image_token_id, config.video_token_id):
             raise hf_keys.ConfigError("the audio token must differ from the image and video tokens")
         super().__init__(config)
         self.reference_processor += " + WhisperFeatureExtractor (Qwen3OmniMoeProcessor, as vLLM calls it)"
         self.audio_token_id = config.audio_token_id
         self.audio_field_layout = whisper_features.field_layout()
-
-    def _no_video(self) -> PreprocessError:
-        return PreprocessError(Code.FAILED_PRECONDITION, "Qwen3-Omni videos are not served yet (images and audio "
-                               "clips are)", kind="video")
 
     def token_ids(self) -> dict[str, int]:
         return {**super().token_ids(), "audio_pad": self.config.audio_token_id}

@@ -56,8 +56,13 @@ class VideoConfig(Normalization):
     video_token_id: int = 151656
     vision_start_token_id: int = 151652
     vision_end_token_id: int = 151653
-    #: Qwen2.5-VL: vision_config.tokens_per_second (second_per_grid_ts and positions); None otherwise.
+    #: Qwen2.5-VL: vision_config.tokens_per_second (second_per_grid_ts and positions); Qwen3-Omni:
+    #: the thinker's position_id_per_seconds; None otherwise.
     tokens_per_second: int | None = None
+    #: Qwen3-Omni: the fps its processor divides the temporal patch by for the second per grid
+    #: (the call's ``fps``, 1.0 when none: ``_process_videos``), whatever the video's; None: the
+    #: sampled fps (Qwen2.5-VL).
+    nominal_fps: float | None = None
     #: Qwen3-VL: ids of TIMESTAMP_PIECES, in that order (None: unknown, video refused).
     timestamp_ids: tuple[int, ...] | None = None
     timestamp_source: str = ""
@@ -298,7 +303,7 @@ def plan_video(c: VideoConfig, meta: VideoMeta, item: int | None = None) -> Vide
     spg: float | None = None
     interval: np.float32 | None = None
     if c.tokens_per_second is not None:  # Qwen2_5_VLProcessor: temporal_patch_size / metadata.sampled_fps
-        sampled_fps = n / meta.total_num_frames * meta.fps
+        sampled_fps = c.nominal_fps if c.nominal_fps is not None else n / meta.total_num_frames * meta.fps
         spg = tps / sampled_fps
         interval = np.float32(c.tokens_per_second) * np.float32(spg)
     spans: tuple[RopeSpan, ...] = ((0, len(tokens), (grid.t, grid.h, grid.w), interval),)
