@@ -152,6 +152,10 @@ ASR_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_asr_tensors.npz"  # made 
 #: replaces the first two; the third stays text)
 INKLING_AUDIO_PROMPT = [1, 200020, 7, 200020, 8, 200020, 2]
 INKLING_AUDIO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_inkling_audio_tensors.npz"  # made by --make-inputs
+#: Qwen2-Audio (vLLM 0.33: model_executor/models/qwen2_audio.py): the same clips, two <|AUDIO|>
+QWEN2_AUDIO = "Qwen/Qwen2-Audio-7B-Instruct"
+QWEN2_AUDIO_PROMPT = [1, 151647, 151646, 151648, 13, 151647, 151646, 151648, 2]
+QWEN2_AUDIO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_qwen2_audio_tensors.npz"  # made by --make-inputs
 
 
 def make_inputs(path: Path) -> None:
@@ -243,6 +247,8 @@ def _make_audio_inputs() -> dict:
     prompt = vllm_audio.service_prompt("inkling", INKLING_AUDIO_PROMPT, len(clips))
     out = jobs.load_model(INKLING, "torchvision").preprocess([], prompt, audios=clips)
     np.savez(INKLING_AUDIO_TENSORS, **vllm_audio.audio_batch(out, "inkling"))
+    out = jobs.load_model(QWEN2_AUDIO, "torchvision").preprocess([], QWEN2_AUDIO_PROMPT, audios=clips)
+    np.savez(QWEN2_AUDIO_TENSORS, **vllm_audio.audio_batch(out, "qwen2_audio"))
     return {f"audio/clip{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(clips)}
 
 
@@ -638,6 +644,67 @@ def _inkling_audio_entry(inputs: Path, encoder, decoder) -> dict:
             "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
 
+def _qwen2_audio_entry(inputs: Path, encoder, decoder) -> dict:
+    """Qwen2-Audio's clips as vLLM 0.33.0 makes them (model_executor/models/qwen2_audio.py):
+    loaded by ``AudioMediaIO``, parsed by ``Qwen2AudioMultiModalDataParser`` (16 kHz, mono),
+    keyed by vLLM's hasher; the items built with ``_qwen2audio_field_config`` and
+    ``from_hf_inputs`` from the sidecar's tensors, cast as ``call_hf_processor`` casts, checked
+    against what vLLM's own path makes of the parsed clips (the HF processor on the clips with
+    vLLM's ``truncation=True``): the same keys, fields, dtypes and shapes, the masks equal, the
+    features within 1e-4; the prompt and ranges from vLLM's ``_get_prompt_updates``."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature, WhisperFeatureExtractor
+    from transformers.models.qwen2_audio import Qwen2AudioProcessor
+    from vllm.model_executor.models.qwen2_audio import (Qwen2AudioMultiModalDataParser,
+                                                        Qwen2AudioMultiModalProcessor, _qwen2audio_field_config)
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.multimodal.media.audio import AudioMediaIO
+    from vllm.multimodal.processing import BaseMultiModalProcessor
+
+    with np.load(inputs) as npz:
+        clips = [npz[f"audio/clip{i}"].tobytes() for i in range(len(ASR_CLIPS))]
+    parsed = Qwen2AudioMultiModalDataParser(target_sr=16000, target_channels=1).parse_mm_data(
+        {"audio": [AudioMediaIO().load_bytes(raw) for raw in clips]})["audio"]
+    waves = parsed.get_all_items_for_hash()
+    proc = Qwen2AudioProcessor.__new__(Qwen2AudioProcessor)
+    proc.feature_extractor = WhisperFeatureExtractor(feature_size=128, chunk_length=30, sampling_rate=16000)
+    proc.audio_token = "<|AUDIO|>"
+    own, _ = proc._process_audio(list(waves), sampling_rate=16000, truncation=True, return_tensors="pt")
+    own = BatchFeature({k: own[k] for k in ("input_features", "feature_attention_mask")})
+    with np.load(QWEN2_AUDIO_TENSORS) as t:
+        service = BatchFeature({k: torch.from_numpy(t[k]) for k in ("input_features", "feature_attention_mask")})
+
+    def items_of(data, cast=True):
+        data = _processor_output(data) if cast else data
+        return MultiModalKwargsItems.from_hf_inputs(data, _qwen2audio_field_config(data))
+
+    kwargs = items_of(service)
+    for ours, theirs, ours32, theirs32 in zip(*(k["audio"] for k in (kwargs, items_of(own), items_of(service, False),
+                                                                      items_of(own, False)))):
+        assert list(ours.keys()) == list(theirs.keys()) and _dtypes(ours) == _dtypes(theirs)
+        for key in ours:
+            assert ours[key].field == theirs[key].field and ours[key].data.shape == theirs[key].data.shape, key
+            a, b = ours32[key].data, theirs32[key].data
+            assert (a - b).abs().max() <= 1e-4 if key == "input_features" else torch.equal(a, b), key
+    info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token_id=151646))
+    updates = Qwen2AudioMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
+    ids, placeholders = object.__new__(Qwen2AudioMultiModalProcessor)._apply_prompt_updates(
+        list(QWEN2_AUDIO_PROMPT), bound)
+    ranges = [p.to_range() for p in placeholders["audio"]]
+    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    print(f"qwen2_audio: items {[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}, "
+          "the structure of vLLM's own path")
+    return {"family": "qwen2_audio", "model": QWEN2_AUDIO, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
+            "prompt": QWEN2_AUDIO_PROMPT, "prompt_token_ids": [int(t) for t in ids],
+            "placeholders": [{"offset": r.offset, "length": r.length,
+                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=QWEN2_AUDIO, audio=w) for w in waves],
+            "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
+
+
 def _refused_entries(inputs: Path) -> list[dict]:
     """For each refused family whose HF processor the service reproduces in its PIL class:
     the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
@@ -767,7 +834,7 @@ def main() -> None:
     llama4, llama4_dtypes = _llama4_items(LLAMA4_TENSORS, encoder, decoder)
     videos = _video_entries(args.inputs, encoder, decoder)
     families = [_inkling_entry(args.inputs, encoder, decoder), _qwen3_asr_entry(args.inputs, encoder, decoder),
-                _inkling_audio_entry(args.inputs, encoder, decoder)]
+                _inkling_audio_entry(args.inputs, encoder, decoder), _qwen2_audio_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
 
     manifest = {

@@ -12,7 +12,7 @@ from ..core.carriers import FieldLayout
 from .inkling import inkling, inkling2
 from . import llama4, phi3v, phi4mm, pixtral
 from .llava import llava, next as llava_next
-from .qwen import asr as qwen3_asr, image as qwen_vl, omni as qwen3_omni
+from .qwen import asr as qwen3_asr, audio2 as qwen2_audio, image as qwen_vl, omni as qwen3_omni
 from .base import C, PROCESSORS, Family, ImageOptions, ItemPlan
 from .hf_keys import ConfigError
 from .video import VideoFamily
@@ -42,6 +42,7 @@ FAMILIES: tuple[Entry[Any], ...] = (
     Entry(inkling.matches, inkling.config_from_hf, inkling.Inkling),
     Entry(inkling2.matches, inkling2.config_from_hf, inkling2.Inkling2),
     Entry(qwen3_asr.matches, qwen3_asr.config_from_hf, qwen3_asr.Qwen3ASR),
+    Entry(qwen2_audio.matches, qwen2_audio.config_from_hf, qwen2_audio.Qwen2Audio),
 )
 
 

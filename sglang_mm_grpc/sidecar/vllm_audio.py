@@ -15,6 +15,11 @@ n_window``) as ``feature_attention_mask``, and the frame counts as int64
 1). The prompt's ``<|audio_pad|>`` becomes ``[audio_token_id] * n`` tokens
 (``_get_prompt_updates``), the family's own expansion.
 
+Qwen2-Audio (``qwen2_audio.py``): the processor on the request's clips with
+``truncation=True``, each padded to 30 s: ``input_features`` [128, 3000] and its int32
+``feature_attention_mask``, both batched (``_qwen2audio_field_config``): the family's own
+tensors; ``<|AUDIO|>`` becomes ``[audio_token_id] * n``.
+
 Inkling (``vllm/models/inkling/common/mm_preprocess.py``): the extractor on the request's
 clips, their dMel bins (int32) cut to each clip's frames and joined
 (``input_audio_features``, ``flat_from_sizes`` by the int64 ``num_audio_tokens``): the
@@ -40,6 +45,10 @@ AUDIO_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]
         "input_audio_features": vllm_items.flat_from_sizes(out.audio_tensors["audio_feature_lengths"], dim=1),
         "feature_attention_mask": vllm_items.Batched(keep_on_cpu=True),
         "audio_feature_lengths": vllm_items.Batched(keep_on_cpu=True),
+    },
+    "qwen2_audio": lambda out: {
+        "input_features": vllm_items.Batched(),
+        "feature_attention_mask": vllm_items.Batched(),
     },
     "inkling": lambda out: {
         "input_audio_features": vllm_items.flat_from_sizes(out.audio_tensors["num_audio_tokens"]),
@@ -80,8 +89,8 @@ def vllm_span(family: str, span: tuple[int, int]) -> tuple[int, int]:
 
 
 def audio_batch(out: PreprocessOutput, family: str, chunk: int = 100) -> dict[str, Any]:
-    """The clips' tensors as vLLM's processor leaves them, before any cast: Inkling's are
-    the family's; Qwen3-ASR's are the service's batched ``[clips, 128, Tmax]`` features cut
+    """The clips' tensors as vLLM's processor leaves them, before any cast: Inkling's and
+    Qwen2-Audio's are the family's; Qwen3-ASR's are the service's batched ``[clips, 128, Tmax]`` features cut
     to each clip's frames and joined, and each clip's mask as the processor pads it (to a
     multiple of ``chunk`` frames, int32)."""
     if family != "qwen3_asr":

@@ -19,6 +19,7 @@ from sglang_mm_grpc import Preprocessor  # noqa: E402
 from sglang_mm_grpc.client import Client, payload_options  # noqa: E402
 
 MODEL = "Qwen/Qwen3-ASR-1.7B-hf"
+QWEN2_AUDIO = "Qwen/Qwen2-Audio-7B-Instruct"
 AUDIO = 151676
 CLIPS = [audiogen.clip(seconds=1.1, rate=44100, channels=2, fmt="mp3", seed=4),
          audiogen.clip(seconds=0.3, rate=16000, channels=1, fmt="wav_s16", seed=5)]
@@ -34,7 +35,7 @@ def _ids(audios: int) -> list[int]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     proc = Server(tmp_path_factory.mktemp("qwen3-asr"), "--shm-lease", "60", "--log-level", "WARNING",
-                  models=[MODEL])
+                  models=[MODEL, QWEN2_AUDIO])
     yield proc
     proc.stop()
 
@@ -78,3 +79,21 @@ def test_images_and_vllm_are_refused(served):
     (a,) = plan.audios
     assert (a.frames, a.token_count) == (50, 7)  # 0.3 s padded to min_length: 8000 samples
     assert list(models[MODEL].modalities) == ["audio"] and models[MODEL].audio_token_id == AUDIO
+
+
+@pytest.mark.parametrize("transport,dtype", [("inline", "bfloat16"), ("shm", "float32")])
+def test_qwen2_audio_tokenspeed_reads_each_clips_padded_features(served, stubs, transport, dtype):
+    """Qwen2-Audio on the same server: one AUDIO item per clip, its [1, 128, 3000] features
+    and mask row (every clip padded to 30 s)."""
+    local = Preprocessor.from_model(QWEN2_AUDIO, cache_bytes=0)
+    ids = [1, 151647, 151646, 151648, 13, 151647, 151646, 151648, 2]
+    out = local.preprocess([], ids, audios=CLIPS)
+    with Client(served.target, timeout=120) as c:
+        resp = c.preprocess(QWEN2_AUDIO, [], ids, "tokenspeed", audios=CLIPS,
+                            options=payload_options(dtype, transport, shm_min_bytes=0))
+    assert list(resp.input_ids) == out.input_ids.tolist() and resp.audio_token_id == 151646
+    _, report = generate("tokenspeed", stubs["tokenspeed"], resp.payload, request_id="a2")
+    want = expected_tokenspeed_with_audio(out, local.field_layout, local.family.audio_field_layout, [], "a2",
+                                          dtype=dtype, via="shm handle" if transport == "shm" and dtype == "bfloat16"
+                                          else "decoded")
+    assert without(report, "transport") == want
