@@ -28,6 +28,9 @@ processor's own ``videos_kwargs`` and ``Qwen2VLVideoProcessor`` (torchvision) co
 the checkpoint's preprocessor_config.json: ``pixel_values_videos`` (sha256 of its float32
 bytes), ``video_grid_thw``, ``video_second_per_grid``, the replacement's token count; and
 the thinker's positions of a prompt of an image, that video and a clip (``mixed/*``).
+``q25/*``: Qwen2.5-Omni the same way (``Qwen2_5OmniProcessor``: the extractor pads every clip
+to 300 s, its masked frames kept, ``feat/``, ``mask/``, ``tokens/``, ``feat64_sha256/``, on a
+few clips; its video and an image + video + clip prompt's positions, ``video/``, ``mixed/``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import torch
 import transformers
 from transformers import WhisperFeatureExtractor
 from transformers import Qwen2VLVideoProcessor
+from transformers.models.qwen2_5_omni import Qwen2_5OmniProcessor, Qwen2_5OmniThinkerConfig
+from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniPreTrainedModelForConditionalGeneration
 from transformers.models.qwen3_omni_moe import Qwen3OmniMoeProcessor, Qwen3OmniMoeThinkerConfig
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoePreTrainedModelForConditionalGeneration, _get_feat_extract_output_lengths)
@@ -165,6 +170,64 @@ def video() -> dict[str, np.ndarray]:
             "mixed/delta": delta.numpy().reshape(-1).astype(np.int64)}
 
 
+#: Qwen2.5-Omni-7B: its image / video processor knobs, thinker ids, and the clips checked
+Q25_VISION = dict(VISION, patch_size=14, image_mean=[0.48145466, 0.4578275, 0.40821073],
+                  image_std=[0.26862954, 0.26130258, 0.27577711])
+Q25_THINKER = dict(audio_token_index=151646, image_token_index=151655, video_token_index=151656,
+                   vision_start_token_id=151652, audio_start_token_id=151647, position_id_per_seconds=25)
+Q25_CLIPS = ("noise", "silence", "tones", "len_201", "len_8001", "five_s")
+#: the 128x224 image's grid at patch 14 (smart_resize to 140x224)
+Q25_IMAGE = (1, 10, 16)
+
+
+def qwen2_5(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Qwen2.5-Omni's audio (each clip alone, padded to 300 s by the extractor), video and
+    positions."""
+    import av
+    import videogen
+
+    data: dict[str, np.ndarray] = {}
+    proc = Qwen2_5OmniProcessor.__new__(Qwen2_5OmniProcessor)
+    proc.feature_extractor = WhisperFeatureExtractor(**dict(EXTRACTOR, n_samples=4_800_000))
+    proc.audio_token = "<|AUDIO|>"
+    fe = proc.feature_extractor
+    for name in Q25_CLIPS:
+        clip = as_float(inputs[name])
+        out, _ = proc._process_audio([clip], **Qwen2_5OmniProcessor.audio_kwargs, return_tensors="pt")
+        t = int(out["feature_attention_mask"].sum())
+        buffer = np.zeros(fe.n_samples, np.float32)
+        buffer[:len(clip)] = clip
+        data[f"q25/feat/{name}"] = out["input_features"][0, :, :t].numpy()
+        data[f"q25/mask/{name}"] = np.int64(t)
+        data[f"q25/tokens/{name}"] = np.int64(int(out["num_audio_tokens"][0]))
+        data[f"q25/feat64_sha256/{name}"] = np.array(hashlib.sha256(np.ascontiguousarray(
+            float64_features(fe, buffer)[:, :t]).tobytes()).hexdigest())
+    clip = videogen.clip(**VIDEO_CLIP)
+    with av.open(io.BytesIO(clip)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    vp = Qwen2_5OmniProcessor.__new__(Qwen2_5OmniProcessor)
+    vp.video_processor, vp.video_token = Qwen2VLVideoProcessor(**Q25_VISION), "<|VIDEO|>"
+    out, (rep,) = vp._process_videos([frames], videos_kwargs={**Qwen2_5OmniProcessor.videos_kwargs,
+                                                             "return_tensors": "pt"}, load_audio_from_video=False)
+    grid, spg = out["video_grid_thw"], torch.tensor(out["video_second_per_grid"], dtype=torch.float32)
+    cfg = Qwen2_5OmniThinkerConfig(**Q25_THINKER)
+    model = Qwen2_5OmniPreTrainedModelForConditionalGeneration.__new__(
+        Qwen2_5OmniPreTrainedModelForConditionalGeneration)
+    model.__dict__.update(config=cfg, spatial_merge_size=2)
+    n_video = int(grid[0].prod()) // 4
+    ids = [11, 151652, *[151655] * (int(np.prod(Q25_IMAGE)) // 4), 151653, 12, 151652, *[151656] * n_video, 151653,
+           13, 151647, *[151646] * 25, 151648, 14]
+    pos, delta = model.get_rope_index(torch.tensor([ids]), torch.tensor([Q25_IMAGE]), grid,
+                                      torch.ones(1, len(ids), dtype=torch.long), False, torch.tensor([101]), spg)
+    data.update({"q25/video/pixel_values_videos_sha256": np.array(hashlib.sha256(
+        out["pixel_values_videos"].numpy().astype(np.float32).tobytes()).hexdigest()),
+        "q25/video/video_grid_thw": grid.numpy(), "q25/video/second_per_grid": spg.numpy(),
+        "q25/video/tokens": np.int64(len(rep) // len(vp.video_token)), "q25/mixed/ids": np.array(ids),
+        "q25/mixed/positions": pos[:, 0].numpy().astype(np.int64),
+        "q25/mixed/delta": delta.numpy().reshape(-1).astype(np.int64)})
+    return data
+
+
 def main() -> None:
     proc = processor()
     fe = proc.feature_extractor
@@ -191,6 +254,7 @@ def main() -> None:
     data["refused"] = np.array(refused)
     data.update(rope())
     data.update(video())
+    data.update(qwen2_5(inputs))
     meta = {
         "transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
         "python": sys.version.split()[0], "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -6,6 +6,7 @@ Adding a family = one module here + one entry in ``FAMILIES``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Generic
 
 from ..core.carriers import FieldLayout
@@ -33,6 +34,8 @@ FAMILIES: tuple[Entry[Any], ...] = (
     Entry(pixtral.matches, pixtral.config_from_hf, pixtral.Pixtral),
     # Before Qwen-VL, which claims every Qwen2VLImageProcessor checkpoint.
     Entry(qwen3_omni.matches, qwen3_omni.config_from_hf, qwen3_omni.Qwen3Omni),
+    Entry(partial(qwen3_omni.matches, generation=qwen3_omni.QWEN2_5),
+          partial(qwen3_omni.config_from_hf, generation=qwen3_omni.QWEN2_5), qwen3_omni.Qwen2_5Omni),
     Entry(qwen_vl.matches, qwen_vl.config_from_hf, qwen_vl.QwenVL),
     Entry(llava_next.matches, llava_next.config_from_hf, llava_next.LlavaNext),
     Entry(llava.matches, llava.config_from_hf, llava.Llava),

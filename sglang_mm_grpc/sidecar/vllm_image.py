@@ -85,10 +85,13 @@ REFUSED = {
                        "service reproduces (its pixels differ; Phi4MultimodalForCausalLM left vLLM in 0.12.0: "
                        "registry.py _PREVIOUSLY_SUPPORTED_MODELS), and its prompt targets are the tokenizer's ids "
                        "of <|image_N|>",
-    "qwen3_omni": "vLLM 0.33.0 (model_executor/models/qwen3_omni_moe_thinker.py) processes this family's images "
-                  "and audio clips in one Qwen3OmniMoeProcessor call, with fields of its own "
-                  "(qwen2_5_omni_thinker.py create_qwen2_5_omni_thinker_field_factory); the sidecar takes no audio, "
-                  "and no golden bytes of that processor's items check its images yet",
+    "qwen3_omni": "vLLM 0.33.0 (model_executor/models/qwen3_omni_moe_thinker.py) processes this family's images, "
+                  "videos and audio clips in one Qwen3OmniMoeProcessor call, with fields of its own "
+                  "(qwen2_5_omni_thinker.py create_qwen2_5_omni_thinker_field_factory); no golden bytes of that "
+                  "processor's items exist yet",
+    "qwen2_5_omni": "vLLM 0.33.0 (model_executor/models/qwen2_5_omni_thinker.py) processes this family's images, "
+                    "videos and audio clips in one Qwen2_5OmniProcessor call, with fields of its own "
+                    "(create_qwen2_5_omni_thinker_field_factory); no golden bytes of that processor's items exist yet",
     "inkling2": "vLLM 0.33.0 has no model for it (model types inkling2 and inkling2_loop are not in "
                 "model_executor/models/registry.py nor vllm/models)",
 }

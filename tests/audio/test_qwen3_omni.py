@@ -178,3 +178,58 @@ def test_raw_pixels_are_refused(family):
     with pytest.raises(PreprocessError) as e:
         family.raw()
     assert e.value.code is Code.FAILED_PRECONDITION and "supports_mm_device_do_normalize" in e.value.detail
+
+
+# -- Qwen2.5-Omni ------------------------------------------------------------------------
+
+Q25 = "Qwen/Qwen2.5-Omni-7B"
+Q25_CLIPS = sorted(k[len("q25/mask/"):] for k in DATA.files if k.startswith("q25/mask/"))
+
+
+@pytest.fixture(scope="module")
+def q25() -> omni.Qwen2_5Omni:
+    return Preprocessor.from_model(Q25).family
+
+
+def test_qwen2_5_omni_preset(q25):
+    c = q25.config
+    assert isinstance(q25, omni.Qwen2_5Omni) and q25.name == "qwen2_5_omni"
+    assert (c.patch_size, c.audio_token_id, c.n_samples, c.image_mean[0]) == (14, 151646, 4_800_000, 0.48145466)
+    assert (c.video.min_pixels, c.video.max_pixels, c.video.tokens_per_second, c.video.nominal_fps) == (
+        128 * 28 * 28, 768 * 28 * 28, 25, 2.0)
+
+
+@pytest.mark.parametrize("name", Q25_CLIPS)
+def test_qwen2_5_omni_clips_are_the_processors(q25, name):
+    """The extractor pads every clip to 300 s: the masked frames (``ceil(L / 160)``), their
+    features (bit for bit the float64 arithmetic over the whole buffer, within the float32
+    bounds), the token rule without chunks."""
+    w, target = wave(name), q25.audio_config()
+    if int(DATA[f"q25/tokens/{name}"]) == 0:  # vLLM refuses a clip that makes no token
+        with pytest.raises(PreprocessError, match="no token"):
+            q25.plan_audio(target, len(w), 0)
+        return
+    plan = q25.plan_audio(target, len(w), 0)
+    assert plan.frames == int(DATA[f"q25/mask/{name}"]) == -(-len(w) // 160)
+    assert plan.token_count == int(DATA[f"q25/tokens/{name}"])
+    feats = q25.process_audio(target, w, plan)["input_audio_features"]
+    assert hashlib.sha256(feats.tobytes()).hexdigest() == str(DATA[f"q25/feat64_sha256/{name}"])
+    assert np.abs(feats - DATA[f"q25/feat/{name}"]).max() <= (TONAL_TOL if name in TONAL else FEAT_TOL)
+
+
+def test_qwen2_5_omni_video_and_positions():
+    pytest.importorskip("av")
+    pp = Preprocessor.from_model(Q25, cache_bytes=0)
+    clip = DATA["video/clip"].tobytes()
+    out = pp.preprocess([], [1, 151652, 151656, 151653, 2], videos=[clip])
+    assert hashlib.sha256(out.pixel_values_videos.tobytes()).hexdigest() == str(
+        DATA["q25/video/pixel_values_videos_sha256"])
+    assert np.array_equal(out.video_tensors["video_grid_thw"], DATA["q25/video/video_grid_thw"])
+    assert np.array_equal(out.video_tensors["second_per_grid_ts"], DATA["q25/video/second_per_grid"])
+    assert out.videos[0].token_count == int(DATA["q25/video/tokens"])
+    ids = [11, 151652, 151655, 151653, 12, 151652, 151656, 151653, 13, 151647, 151646, 151648, 14]
+    out = pp.preprocess([png(128, 224, 0)], ids, videos=[clip], audios=[wav(160 * 100 + 123)])
+    assert out.tensors["image_grid_thw"].tolist() == [[1, 10, 16]]
+    assert np.array_equal(out.input_ids, DATA["q25/mixed/ids"])
+    assert np.array_equal(out.positions, DATA["q25/mixed/positions"])
+    assert out.rope_delta == int(DATA["q25/mixed/delta"][0])

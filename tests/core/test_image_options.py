@@ -36,7 +36,7 @@ HONOURED = {
     "qwen_vl": {"min_pixels", "max_pixels", "max_tokens", "detail low", "detail high", "detail auto"},
     "inkling": {"detail low", "detail high", "detail auto"},
 }
-HONOURED["qwen3_omni"] = HONOURED["qwen_vl"]  # its images are Qwen-VL's
+HONOURED["qwen3_omni"] = HONOURED["qwen2_5_omni"] = HONOURED["qwen_vl"]  # their images are Qwen-VL's
 DEFAULT = {"detail high", "detail auto"}  # every other family
 
 

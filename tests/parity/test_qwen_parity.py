@@ -1,4 +1,4 @@
-"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-Omni images against the installed ``Qwen2VLImageProcessorPil``.
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-Omni / Qwen2.5-Omni images against ``Qwen2VLImageProcessorPil``.
 
 Every case runs the real processor on the same bytes and compares with
 ``np.array_equal``: float32 pixel values bit for bit, integer outputs exactly.
@@ -21,7 +21,7 @@ from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.config import resolve
 
 PRESETS = ["Qwen/Qwen2-VL-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-VL-8B-Instruct",
-           "Qwen/Qwen3-Omni-30B-A3B-Instruct"]
+           "Qwen/Qwen3-Omni-30B-A3B-Instruct", "Qwen/Qwen2.5-Omni-7B"]
 
 # (height, width): tiny, thin, odd, on the patch grid, around min/max pixels, large.
 SIZES = [
