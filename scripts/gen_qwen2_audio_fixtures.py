@@ -30,8 +30,7 @@ from transformers.models.qwen2_audio import Qwen2AudioProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_inkling_audio_fixtures import as_float  # noqa: E402
-from gen_qwen3_asr_fixtures import clips  # noqa: E402
-from gen_qwen3_omni_fixtures import float64_features  # noqa: E402
+from gen_qwen3_asr_fixtures import centered_float64 as float64_features, clips  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "qwen2_audio_features.npz"
 #: The Qwen2-Audio-7B checkpoints' extractor (preprocessor_config.json).

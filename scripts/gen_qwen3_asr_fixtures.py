@@ -80,7 +80,12 @@ def processor() -> Qwen3ASRProcessor:
 def float64_features(fe: Qwen3ASRFeatureExtractor, clip: np.ndarray) -> np.ndarray:
     """The extractor's arithmetic in float64 after the float32 windowing, rounded to float32
     before the floor and the scale (float32, as the extractor's)."""
-    x = np.pad(clip, (0, max(fe.min_length - len(clip), 0)))
+    return centered_float64(fe, np.pad(clip, (0, max(fe.min_length - len(clip), 0))))
+
+
+def centered_float64(fe, x: np.ndarray) -> np.ndarray:
+    """The Whisper log-mel of ``x`` (as given, no padding) in float64 after the float32
+    windowing, rounded to float32 before the max-8 floor and the ``(x + 4) / 4``."""
     wave = torch.nn.functional.pad(torch.from_numpy(x)[None], (fe.n_fft // 2, fe.n_fft // 2), mode="reflect")[0]
     frames = wave.unfold(-1, fe.n_fft, fe.hop_length)[:-1] * rounded_hann(fe.n_fft)
     spec = torch.fft.rfft(frames.double(), dim=-1)

@@ -54,8 +54,8 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from gen_inkling_audio_fixtures import as_float, rounded_hann  # noqa: E402
-from gen_qwen3_asr_fixtures import clips  # noqa: E402
+from gen_inkling_audio_fixtures import as_float  # noqa: E402
+from gen_qwen3_asr_fixtures import centered_float64 as float64_features, clips  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "qwen3_omni_features.npz"
 #: The Qwen3-Omni-30B-A3B checkpoints' extractor (preprocessor_config.json).
@@ -85,17 +85,6 @@ def processor() -> Qwen3OmniMoeProcessor:
     proc.feature_extractor = WhisperFeatureExtractor(**EXTRACTOR)
     proc.audio_token = "<|audio_pad|>"
     return proc
-
-
-def float64_features(fe: WhisperFeatureExtractor, x: np.ndarray) -> np.ndarray:
-    wave = torch.nn.functional.pad(torch.from_numpy(x)[None], (fe.n_fft // 2, fe.n_fft // 2), mode="reflect")[0]
-    frames = wave.unfold(-1, fe.n_fft, fe.hop_length)[:-1] * rounded_hann(fe.n_fft)
-    spec = torch.fft.rfft(frames.double(), dim=-1)
-    power = spec.real ** 2 + spec.imag ** 2
-    filters = torch.from_numpy(fe.mel_filters).float().double()
-    lm = (power @ filters).clamp_min(1e-10).log10().float().T
-    lm = torch.maximum(lm, lm.max() - 8.0)
-    return ((lm + 4.0) / 4.0).numpy()
 
 
 def run(proc: Qwen3OmniMoeProcessor, audio: list[np.ndarray]):

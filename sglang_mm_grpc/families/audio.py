@@ -17,9 +17,11 @@ from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from ..core.carriers import AudioOptions, FieldLayout
+from ..core.carriers import AudioOptions, DecodedImage, FieldLayout
+from ..core.errors import Code, PreprocessError
 from ..core.layout import Expansion
-from .base import C, Family, G
+from .base import Aux, C, Family, G, ItemPlan
+from .hf_keys import ConfigError
 
 #: A family's feature extractor config.
 AC = TypeVar("AC")
@@ -81,3 +83,30 @@ class AudioFamily(Family[C, G], Generic[C, G, AC]):
     @abstractmethod
     def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """The clips' tensors joined as the HF processor returns them for the request."""
+
+
+class AudioOnly(AudioFamily[C, None, AC]):
+    """A family that takes audio clips alone: images are refused (FAILED_PRECONDITION, before
+    anything is fetched: the driver checks ``modalities``), its image token (``image_token_id``,
+    never looked for) differs from its audio one, and it has no image tensors."""
+
+    modalities: ClassVar[tuple[str, ...]] = ("audio",)
+    processors: ClassVar[tuple[str, ...]] = ("torch",)
+
+    def __init__(self, config: C, image_token_id: int, audio_token_id: int, audio_field_layout: FieldLayout):
+        if image_token_id == audio_token_id:
+            raise ConfigError("the image token must differ from the audio token")
+        self.config = config
+        self.image_token_id = image_token_id
+        self.audio_token_id = audio_token_id
+        self.field_layout = FieldLayout()
+        self.audio_field_layout = audio_field_layout
+
+    def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images", item=item)
+
+    def process_item(self, image: DecodedImage, plan: ItemPlan[None], out: np.ndarray) -> Aux:
+        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images")
+
+    def token_ids(self) -> dict[str, int]:
+        return {"audio": self.audio_token_id}

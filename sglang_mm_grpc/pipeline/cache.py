@@ -33,8 +33,20 @@ from ..families.batching import Slot
 from ..families.video import VP, VideoProcessor
 
 
+class _Held:
+    """An entry's size: the bytes of the arrays it keeps."""
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays))
+
+
 @dataclass(frozen=True)
-class CachedItem:
+class CachedItem(_Held):
     """One image's outputs, laid out as a single-image batch (``pixel_values[slot]`` is
     the item's features) so a one-image request can reuse the arrays without a copy."""
 
@@ -49,13 +61,9 @@ class CachedItem:
     def arrays(self) -> tuple[np.ndarray, ...]:
         return self.pixel_values, *self.aux.values()
 
-    @property
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.arrays))
-
 
 @dataclass(frozen=True)
-class CachedVideo(Generic[VP]):
+class CachedVideo(_Held, Generic[VP]):
     """One video's outputs: its plan (sampling, size, expansion), its rows of
     pixel_values_videos and its video tensors, and the rotation its frames carried."""
 
@@ -68,13 +76,9 @@ class CachedVideo(Generic[VP]):
     def arrays(self) -> tuple[np.ndarray, ...]:
         return self.pixel_values, *self.aux.values()
 
-    @property
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.arrays))
-
 
 @dataclass(frozen=True)
-class CachedAudio:
+class CachedAudio(_Held):
     """One clip's outputs: its container's facts, its plan (samples, frames, expansion)
     and its tensors (``AudioFamily.process_audio``'s, its rows only)."""
 
@@ -85,10 +89,6 @@ class CachedAudio:
     @property
     def arrays(self) -> tuple[np.ndarray, ...]:
         return tuple(self.aux.values())
-
-    @property
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.arrays))
 
 
 #: What the cache holds: an image's, a video's or a clip's outputs.

@@ -42,12 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...core.carriers import AudioOptions, DecodedImage, FieldLayout
+from ...core.carriers import AudioOptions
 from ...core.errors import Code, PreprocessError
 from ...core.layout import Expansion
 from .. import hf_keys
-from ..audio import AudioFamily, AudioPlan, kept_samples
-from ..base import Aux, ItemPlan
+from ..audio import AudioOnly, AudioPlan, kept_samples
 from . import whisper_features
 from .whisper_features import features, mel_filters, token_count
 
@@ -116,30 +115,13 @@ class ExtractorCall:
         return n if self.max_samples is None else min(n, self.max_samples)
 
 
-class Qwen3ASR(AudioFamily[Qwen3ASRConfig, None, ExtractorCall]):
+class Qwen3ASR(AudioOnly[Qwen3ASRConfig, ExtractorCall]):
     name = "qwen3_asr"
-    modalities = ("audio",)
-    processors = ("torch",)
     audio_features_key = "input_audio_features"
+    reference_processor = "Qwen3ASRFeatureExtractor + Qwen3ASRProcessor (one clip per call, as vLLM)"
 
     def __init__(self, config: Qwen3ASRConfig):
-        if config.image_token_id == config.audio_token_id:
-            raise hf_keys.ConfigError("the image token must differ from the audio token")
-        self.config = config
-        self.reference_processor = "Qwen3ASRFeatureExtractor + Qwen3ASRProcessor (one clip per call, as vLLM)"
-        self.image_token_id = config.image_token_id
-        self.field_layout = FieldLayout()
-        self.audio_token_id = config.audio_token_id
-        self.audio_field_layout = whisper_features.field_layout()
-
-    def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
-        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images", item=item)
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan[None], out: np.ndarray) -> Aux:
-        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images")
-
-    def token_ids(self) -> dict[str, int]:
-        return {"audio": self.config.audio_token_id}
+        super().__init__(config, config.image_token_id, config.audio_token_id, whisper_features.field_layout())
 
     def audio_config(self, options: AudioOptions | None = None) -> ExtractorCall:
         cfg = self.config.audio

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...core.carriers import AudioOptions, DecodedImage, FieldLayout
+from ...core.carriers import AudioOptions, FieldLayout
 from ...core.errors import Code, PreprocessError
 from ...core.layout import Expansion
 from .. import hf_keys
-from ..audio import AudioFamily, AudioPlan, kept_samples
-from ..base import Aux, ItemPlan
+from ..audio import AudioOnly, AudioPlan, kept_samples
 from . import whisper_features
 
 MODEL_TYPES = ("qwen2_audio",)
@@ -65,33 +64,17 @@ def token_count(frames: int) -> int:
     return (((frames - 1) // 2 + 1) - 2) // 2 + 1
 
 
-class Qwen2Audio(AudioFamily[Qwen2AudioConfig, None, int]):
+class Qwen2Audio(AudioOnly[Qwen2AudioConfig, int]):
     """The extractor call is the samples kept (``n_samples``, or fewer by ``max_seconds``)."""
 
     name = "qwen2_audio"
-    modalities = ("audio",)
-    processors = ("torch",)
     audio_features_key = "input_features"
+    reference_processor = "WhisperFeatureExtractor + Qwen2AudioProcessor (padding max_length)"
 
     def __init__(self, config: Qwen2AudioConfig):
-        if config.image_token_id == config.audio_token_id:
-            raise hf_keys.ConfigError("the image token must differ from the audio token")
-        self.config = config
-        self.reference_processor = "WhisperFeatureExtractor + Qwen2AudioProcessor (padding max_length)"
-        self.image_token_id = config.image_token_id
-        self.field_layout = FieldLayout()
-        self.audio_token_id = config.audio_token_id
         keys = ("input_features", "feature_attention_mask")
-        self.audio_field_layout = FieldLayout(batched=keys, encoder_input_key=keys[0])
-
-    def plan(self, height: int, width: int, item: int) -> ItemPlan[None]:
-        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images", item=item)
-
-    def process_item(self, image: DecodedImage, plan: ItemPlan[None], out: np.ndarray) -> Aux:
-        raise PreprocessError(Code.FAILED_PRECONDITION, f"the {self.name} family takes no images")
-
-    def token_ids(self) -> dict[str, int]:
-        return {"audio": self.config.audio_token_id}
+        super().__init__(config, config.image_token_id, config.audio_token_id,
+                         FieldLayout(batched=keys, encoder_input_key=keys[0]))
 
     def audio_config(self, options: AudioOptions | None = None) -> int:
         kept = kept_samples(options, self.config.audio.sampling_rate)
