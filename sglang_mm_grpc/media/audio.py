@@ -207,21 +207,44 @@ def probe(data: bytes, limits: AudioLimits = AudioLimits(), item: int | None = N
     """The header's facts, held to the limits; nothing decoded. ``samples`` is exact for
     PCM WAV (its data chunk) and FLAC (STREAMINFO), else the stated duration x rate."""
     av = _av()
+    header, meta = _own_header(data, limits, item)
+    if meta is not None:
+        return meta
+    with _open(av, data, item) as container:
+        return _meta(container, header, limits, item)
+
+
+def load(data: bytes, limits: AudioLimits = AudioLimits(), item: int | None = None,
+         deadline: float | None = None) -> tuple[AudioMeta, np.ndarray]:
+    """``probe`` then ``decode``, the container opened once (FFmpeg's probe of a compressed
+    stream is a real share of its decode)."""
+    av = _av()
+    header, meta = _own_header(data, limits, item)
+    if meta is not None:
+        return meta, decode(data, meta, limits, item, deadline)
+    with _open(av, data, item) as container:
+        meta = _meta(container, header, limits, item)
+        return meta, _demuxed(av, container, _Decode(meta, limits, item, deadline), item)
+
+
+def _own_header(data: bytes, limits: AudioLimits, item: int | None) -> tuple[_Header | None, AudioMeta | None]:
+    """The byte limit, and a WAV's or FLAC's own header held to the limits; with the facts
+    when it is a plain PCM WAV (which says all FFmpeg would)."""
     if len(data) > limits.max_bytes:
         raise _exhausted("audio of", f"{len(data)} bytes", limits.max_bytes, "max_bytes", item)
     if not data:
         raise _bad("empty audio (0 bytes)", item)
     header = _wav_header(data) or _flac_header(data)
-    if header is not None:
-        _check_format(header.rate, header.channels, limits, item)
-        if header.claimed is not None:
-            _check_length(header.claimed, header.claimed / header.rate, header.channels, limits, item)
-        if header.pcm is not None and header.samples:  # a plain PCM WAV says all FFmpeg would
-            _check_length(header.samples, header.samples / header.rate, header.channels, limits, item)
-            return AudioMeta(header.rate, header.channels, header.samples, header.samples / header.rate,
-                             _PCM_CODECS[header.pcm], "wav", True)
-    with _open(av, data, item) as container:
-        return _meta(container, header, limits, item)
+    if header is None:
+        return None, None
+    _check_format(header.rate, header.channels, limits, item)
+    if header.claimed is not None:
+        _check_length(header.claimed, header.claimed / header.rate, header.channels, limits, item)
+    if header.pcm is not None and header.samples:
+        _check_length(header.samples, header.samples / header.rate, header.channels, limits, item)
+        return header, AudioMeta(header.rate, header.channels, header.samples, header.samples / header.rate,
+                                 _PCM_CODECS[header.pcm], "wav", True)
+    return header, None
 
 
 def _audio_stream(container, item: int | None):
@@ -272,17 +295,22 @@ def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), it
     if pcm is not None:
         return pcm
     with _open(av, data, item) as container:
-        stream = _audio_stream(container, item)
-        try:
-            for packet in container.demux(stream):
-                job.packet()
-                for frame in packet.decode():
-                    job.add(frame)
-        except av.FFmpegError as e:
-            raise _bad(f"corrupt audio data after {job.samples} samples ({_why(e)})", item) from None
-        wave = job.wave()
-        if stream.codec_context.name == "vorbis":
-            wave = _vorbis_tail(wave, _stated_seconds(container, stream), meta.sample_rate)
+        return _demuxed(av, container, job, item)
+
+
+def _demuxed(av, container, job: "_Decode", item: int | None) -> np.ndarray:
+    """The open container's first audio stream decoded by ``job``."""
+    stream = _audio_stream(container, item)
+    try:
+        for packet in container.demux(stream):
+            job.packet()
+            for frame in packet.decode():
+                job.add(frame)
+    except av.FFmpegError as e:
+        raise _bad(f"corrupt audio data after {job.samples} samples ({_why(e)})", item) from None
+    wave = job.wave()
+    if stream.codec_context.name == "vorbis":
+        wave = _vorbis_tail(wave, _stated_seconds(container, stream), job.meta.sample_rate)
     return wave
 
 

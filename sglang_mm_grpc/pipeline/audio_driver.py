@@ -155,8 +155,7 @@ def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits:
     found = Lookup.of(data, target, known, cache, spec_key)
     if found.hit is not None:
         return found.admitted(data, i, target)
-    meta = media_audio.probe(data, limits, i)
-    wave = media_audio.decode(data, meta, limits, i, deadline)
+    meta, wave = media_audio.load(data, limits, i, deadline)
     t1 = time.perf_counter()
     wave = media_audio.resample(wave, meta.sample_rate, audio.sampling_rate(target.config))
     t2 = time.perf_counter()

@@ -182,9 +182,8 @@ class JobRunner:
         """vLLM's key of the clip: its waveform as vLLM's parser leaves it (decoded again
         here: the preprocessing keeps no waveform)."""
         limits, family = self.model.audio_limits, audio_driver.audio_family(self.model.family)
-        meta = media_audio.probe(raw, limits, item)
-        rate = family.sampling_rate(family.audio_config())
-        wave = media_audio.resample(media_audio.decode(raw, meta, limits, item), meta.sample_rate, rate)
+        meta, wave = media_audio.load(raw, limits, item)
+        wave = media_audio.resample(wave, meta.sample_rate, family.sampling_rate(family.audio_config()))
         return vllm_hashes.audio_hash(wave, self.engine.fingerprint.model)
 
     def _hash(self, raw: bytes, item: int) -> str:

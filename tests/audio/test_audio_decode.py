@@ -226,3 +226,15 @@ def test_a_pcm_wav_read_directly_equals_its_decoded_frames(fmt, channels):
     assert (direct is None) == (fmt == "wav_s24")
     assert np.array_equal(audio.decode(data, meta), job.wave())
     assert meta == read  # the header read alone says what FFmpeg's reading does
+
+
+@pytest.mark.parametrize("fmt", sorted(audiogen.FORMATS))
+def test_load_is_probe_then_decode_with_one_open(fmt):
+    """``load`` (the container opened once) gives ``probe``'s facts and ``decode``'s samples."""
+    channels = 2 if fmt == "vorbis" else 1
+    data = audiogen.clip(seconds=0.7, rate=24000, channels=channels, fmt=fmt, seed=9)
+    meta, wave = audio.load(data)
+    assert meta == audio.probe(data)
+    assert wave.dtype == np.float32 and np.array_equal(wave, audio.decode(data, meta))
+    with pytest.raises(PreprocessError, match="max_bytes"):
+        audio.load(data, audio.AudioLimits(max_bytes=len(data) - 1))
