@@ -16,7 +16,7 @@ import json
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 from smg_grpc_servicer.mm_sidecar_protocol import (
@@ -31,7 +31,7 @@ from smg_grpc_servicer.mm_sidecar_protocol import (
 from smg_grpc_servicer.vllm.media_refs import parse_scheme_list, url_scheme
 
 from .. import config as model_config
-from ..core.carriers import PreprocessOutput, VideoResult
+from ..core.carriers import VideoResult
 from ..core.errors import Code, PreprocessError
 from ..media import MediaFetcher
 from ..media.fetch import Item
