@@ -1,4 +1,5 @@
-"""Phi-4-multimodal images (transformers' ``Phi4MultimodalImageProcessor``, torchvision only).
+"""Phi-4-multimodal images (transformers' ``Phi4MultimodalImageProcessor``, torchvision only)
+and audio clips (``Phi4MultimodalFeatureExtractor``: ``phi4mm_audio``).
 
 Per image (``dynamic_preprocess``, S = size, 448): a crop grid of ceil(W/S) x ceil(H/S),
 or, past ``dynamic_hd`` crops, the closest aspect ratio among the grids of at most
@@ -27,6 +28,13 @@ becomes ``num_img_tokens`` copies of itself, counted as the image processor does
 256 global tokens, 1 separator, the valid tokens of the crops' 2x-subsampled masks plus
 one newline per row, and 16 global newlines (constants as HF has them).
 
+Each audio placeholder (``<|endoftext11|>``, id 200011, ``audio_config.audio_token_id``)
+becomes ``audio_embed_sizes`` copies of itself. A clip's tensors: ``audio_input_features``
+float32 [clips, max frames, 80] (zero past a clip's frames), ``audio_embed_sizes`` int64
+[clips] and, for several clips, ``audio_attention_mask`` bool [clips, max frames], as the
+extractor returns them for a batch; all batched. The extractor computes a shorter clip's
+masked rows from the padding; they are zero here (nothing reads them).
+
 Only model type ``phi4_multimodal`` is claimed: the older remote-code ``phi4mm``
 processor resizes through PIL and computes different pixels.
 """
@@ -40,12 +48,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.carriers import DecodedImage
-from ..core.errors import invalid
+from ..core.carriers import AudioOptions, DecodedImage
+from ..core.errors import Code, PreprocessError, invalid
 from ..kernels import bicubic_f32, normalize, resample_tv, window
 from ..core.layout import Expansion
-from . import batching, hf_keys
-from .base import Aux, Family, FieldLayout, ItemPlan, Normalization
+from . import batching, hf_keys, phi4mm_audio
+from .audio import AudioFamily, AudioPlan, kept_samples
+from .base import Aux, FieldLayout, ItemPlan, Normalization
 
 MODEL_TYPES = ("phi4_multimodal",)
 PROCESSOR = "Phi4MultimodalImageProcessor"
@@ -153,6 +162,8 @@ class Phi4Config(Normalization):
     image_token_id: int = IMAGE_TOKEN_ID
     #: vLLM's forward kwarg for the pixel tensor, by the checkpoint's architecture.
     vllm_pixel_kwarg: str = "input_image_embeds"
+    audio_token_id: int = phi4mm_audio.AUDIO_TOKEN_ID
+    audio: phi4mm_audio.Phi4AudioConfig = phi4mm_audio.Phi4AudioConfig()
 
     @property
     def mask_size(self) -> int:
@@ -171,7 +182,11 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         raise hf_keys.ConfigError("Phi-4-multimodal's global image is only reproduced with resample 3 (bicubic)")
     vision = config.get("vision_config") or {}
     token = g(vision, "image_token_id", default=g(config, "image_token_id", "image_token_index", default=IMAGE_TOKEN_ID))
+    audio_token = g(config.get("audio_config") or {}, "audio_token_id",
+                    default=g(config, "audio_token_id", default=phi4mm_audio.AUDIO_TOKEN_ID))
     return Phi4Config(
+        audio_token_id=hf_keys.as_int(audio_token, "audio_token_id"),
+        audio=phi4mm_audio.config_from_hf(preprocessor),
         size=size["height"],
         patch_size=hf_keys.as_int(g(preprocessor, "patch_size", default=d.patch_size), "patch_size"),
         dynamic_hd=hf_keys.as_int(g(preprocessor, "dynamic_hd", default=d.dynamic_hd), "dynamic_hd"),
@@ -188,15 +203,21 @@ def matches(preprocessor: dict, config: dict) -> bool:
     return hf_keys.claims(preprocessor, config, MODEL_TYPES, PROCESSOR)
 
 
-class Phi4Multimodal(Family[Phi4Config, Crops]):
+class Phi4Multimodal(AudioFamily[Phi4Config, Crops, "int | None"]):
     name = "phi4_multimodal"
-    reference_processor = "Phi4MultimodalImageProcessor (torchvision)"
+    reference_processor = "Phi4MultimodalImageProcessor (torchvision) + Phi4MultimodalFeatureExtractor"
     #: transformers has only the torchvision class for Phi-4-multimodal.
     processors = ("torchvision",)
+    audio_features_key = "audio_input_features"
 
     def __init__(self, config: Phi4Config):
+        if config.audio_token_id == config.image_token_id:
+            raise hf_keys.ConfigError("the audio token must differ from the image token")
         self.config = config
         self.image_token_id = config.image_token_id
+        self.audio_token_id = config.audio_token_id
+        keys = ("audio_input_features", "audio_embed_sizes", "audio_attention_mask")
+        self.audio_field_layout = FieldLayout(batched=keys, encoder_input_key=keys[0])
         # vLLM phi4mm.py (Phi4MMForCausalLM, the architecture of the published checkpoint):
         # input_image_embeds, image_attention_mask, image_sizes, num_img_tokens batched,
         # nothing kept on the CPU; the pixel tensor is its kwarg input_image_embeds. A
@@ -247,6 +268,8 @@ class Phi4Multimodal(Family[Phi4Config, Crops]):
 
     def batch_tensors(self, aux: list[Aux]) -> dict[str, np.ndarray]:
         """As the base, but the masks of images with fewer crops are padded with ones."""
+        if not aux:
+            return {}
         most = max(a["image_attention_mask"].shape[1] for a in aux)
         m = self.config.mask_size
         masks = np.ones((len(aux), most, m, m), dtype=np.float32)
@@ -259,7 +282,45 @@ class Phi4Multimodal(Family[Phi4Config, Crops]):
             "num_img_tokens": np.concatenate([a["num_img_tokens"] for a in aux]),
         }
 
+    def token_ids(self) -> dict[str, int]:
+        return {"image": self.image_token_id, "audio": self.audio_token_id}
+
+    # -- audio -----------------------------------------------------------------------------
+
+    def audio_config(self, options: AudioOptions | None = None) -> int | None:
+        """The samples a request's ``max_seconds`` keeps (None: the whole clip)."""
+        return kept_samples(options, self.config.audio.sampling_rate)
+
+    def sampling_rate(self, config: int | None) -> int:
+        return self.config.audio.sampling_rate
+
+    def plan_audio(self, config: int | None, samples: int, item: int) -> AudioPlan:
+        cfg = self.config.audio
+        kept = int(samples) if config is None else min(int(samples), config)
+        frames = phi4mm_audio.frame_count(kept, cfg)
+        if frames == 0:
+            raise PreprocessError(Code.INVALID_ARGUMENT, f"{kept} samples make no feature frame (the extractor "
+                                  f"needs {cfg.win_length})", item=item, kind="audio")
+        tokens = phi4mm_audio.embed_size(frames, cfg)
+        return AudioPlan(kept, frames, Expansion.repeat(self.audio_token_id, tokens))
+
+    def process_audio(self, config: int | None, wave: np.ndarray, plan: AudioPlan) -> dict[str, np.ndarray]:
+        return {"audio_input_features": phi4mm_audio.features(wave[:plan.samples], self.config.audio)[None],
+                "audio_embed_sizes": np.array([plan.token_count], np.int64)}
+
+    def audio_batch(self, clips: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        frames = [c["audio_input_features"].shape[1] for c in clips]
+        feats = np.zeros((len(clips), max(frames), self.config.audio.feature_size), np.float32)
+        for i, c in enumerate(clips):
+            feats[i, :frames[i]] = c["audio_input_features"][0]
+        out = {"audio_input_features": feats,
+               "audio_embed_sizes": np.concatenate([c["audio_embed_sizes"] for c in clips])}
+        if len(clips) > 1:
+            out["audio_attention_mask"] = np.arange(max(frames))[None, :] < np.array(frames)[:, None]
+        return out
+
     def warmup(self) -> None:
+        phi4mm_audio.features(np.zeros(1000, np.float32), self.config.audio)
         resample_tv.warmup()
         window.warmup()
         bicubic_f32.warmup()

@@ -20,6 +20,7 @@ from sglang_mm_grpc.client import Client, payload_options  # noqa: E402
 
 MODEL = "Qwen/Qwen3-ASR-1.7B-hf"
 QWEN2_AUDIO = "Qwen/Qwen2-Audio-7B-Instruct"
+PHI4 = "microsoft/Phi-4-multimodal-instruct"
 AUDIO = 151676
 CLIPS = [audiogen.clip(seconds=1.1, rate=44100, channels=2, fmt="mp3", seed=4),
          audiogen.clip(seconds=0.3, rate=16000, channels=1, fmt="wav_s16", seed=5)]
@@ -35,7 +36,7 @@ def _ids(audios: int) -> list[int]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     proc = Server(tmp_path_factory.mktemp("qwen3-asr"), "--shm-lease", "60", "--log-level", "WARNING",
-                  models=[MODEL, QWEN2_AUDIO])
+                  models=[MODEL, QWEN2_AUDIO, PHI4])
     yield proc
     proc.stop()
 
@@ -97,3 +98,25 @@ def test_qwen2_audio_tokenspeed_reads_each_clips_padded_features(served, stubs, 
                                           dtype=dtype, via="shm handle" if transport == "shm" and dtype == "bfloat16"
                                           else "decoded")
     assert without(report, "transport") == want
+
+
+@pytest.mark.parametrize("transport,dtype", [("inline", "bfloat16"), ("shm", "float32")])
+def test_phi4_tokenspeed_reads_an_image_and_two_clips(served, stubs, transport, dtype):
+    """Phi-4-multimodal on the same server: its image item and one AUDIO item per clip, the
+    clip's rows of the batch (features, embed size, attention mask)."""
+    import blake3
+
+    local = Preprocessor.from_model(PHI4, cache_bytes=0)
+    png = imagegen.png(70, 90, seed=6)
+    ids = [1, 200010, 13, 200011, 13, 200011, 2]
+    out = local.preprocess([png], ids, audios=CLIPS)
+    with Client(served.target, timeout=120) as c:
+        resp = c.preprocess(PHI4, [png], ids, "tokenspeed", audios=CLIPS,
+                            options=payload_options(dtype, transport, shm_min_bytes=0))
+    assert list(resp.input_ids) == out.input_ids.tolist() and resp.audio_token_id == 200011
+    _, report = generate("tokenspeed", stubs["tokenspeed"], resp.payload, request_id="p4")
+    want = expected_tokenspeed_with_audio(out, local.field_layout, local.family.audio_field_layout,
+                                          [blake3.blake3(png).hexdigest()], "p4", dtype=dtype,
+                                          via="shm handle" if transport == "shm" and dtype == "bfloat16" else "decoded")
+    assert without(report, "transport") == want
+    assert [it["modality"] for it in report["items"]] == ["image", "audio", "audio"]

@@ -1,0 +1,120 @@
+"""Phi-4-multimodal audio: HF ``Phi4MultimodalFeatureExtractor`` (transformers 5.24,
+``feature_extraction_phi4_multimodal.py``), one mono 16 kHz clip at a time.
+
+The extractor (its torch path): frames of ``win_length`` (400) samples every ``hop_length``
+(160), not centred, ``T = (L - 400) // 160 + 1``; in each frame a pre-emphasis (``x[i] -
+0.97 x[i - 1]``, the first sample against itself) and ``* 32768``, in float32; a float64
+Hamming window (``periodic=False``), ``rfft`` in 512 points, the spectrum rounded to
+complex64, ``|X|^2`` in float32, the mel filters (80 bands, 0-7690 Hz, kaldi scale,
+triangular in mel space; float64 cast to float32), ``clamp(min=1.0)`` and the natural log:
+float32 ``[T, 80]``. ``audio_embed_sizes``: ``ceil(ceil(T * stride / 8) / 1)`` tokens of the
+clip's ``<|endoftext11|>`` (``audio_token_id`` 200011, ``Phi4MultimodalProcessor.
+replace_audio_token``). A clip under 400 samples makes no frame and is refused.
+
+Here the same operations in the same precisions, with numpy: the pre-emphasis in float32,
+the window and a 512-point real FFT in float64 (pocketfft, where torch's CPU FFT is its
+own), the spectrum rounded to complex64, magnitude and square in float32, a float32 matmul
+and log. The log-mel kernel (``kernels.logmel``) windows in float32, which moves bands far
+below a frame's peak by more than this extractor's float32 tail does; the float32 matmul's
+summation order and the log's last ulp still differ from torch's, so the features are
+within a measured bound of the reference (``tests/audio/test_phi4_audio.py``), not equal.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels import logmel
+from . import hf_keys
+
+AUDIO_TOKEN_ID = 200011  # <|endoftext11|>
+
+
+@dataclass(frozen=True)
+class Phi4AudioConfig:
+    """The extractor's knobs: ``Phi4MultimodalFeatureExtractor.__init__`` defaults."""
+
+    feature_size: int = 80
+    sampling_rate: int = 16_000
+    hop_length: int = 160
+    n_fft: int = 512
+    win_length: int = 400
+    preemphasis: float = 0.97
+    audio_compression_rate: int = 8
+    audio_downsample_rate: int = 1
+    audio_feat_stride: int = 1
+    mel_min_frequency: float = 0.0
+    mel_max_frequency: float = 7690.0
+
+    def __post_init__(self) -> None:
+        if min(self.feature_size, self.sampling_rate, self.hop_length, self.win_length, self.audio_compression_rate,
+               self.audio_downsample_rate, self.audio_feat_stride) <= 0 or self.n_fft < self.win_length or self.n_fft % 2:
+            raise hf_keys.ConfigError(f"Phi-4-multimodal audio sizes must be positive, n_fft even and >= win: {self}")
+
+
+def config_from_hf(fe: dict) -> Phi4AudioConfig:
+    d, g = Phi4AudioConfig(), hf_keys.get
+    knobs: dict = {k: hf_keys.as_int(g(fe, k, default=getattr(d, k)), k) for k in (
+        "feature_size", "sampling_rate", "hop_length", "n_fft", "win_length", "audio_compression_rate",
+        "audio_downsample_rate", "audio_feat_stride")}
+    knobs.update({k: float(g(fe, k, default=getattr(d, k))) for k in ("preemphasis", "mel_min_frequency",
+                                                                         "mel_max_frequency")})
+    return Phi4AudioConfig(**knobs)
+
+
+def frame_count(samples: int, cfg: Phi4AudioConfig) -> int:
+    """``(L - win) // hop + 1`` frames (none under ``win`` samples)."""
+    return max(0, (int(samples) - cfg.win_length) // cfg.hop_length + 1) if samples >= cfg.win_length else 0
+
+
+def embed_size(frames: int, cfg: Phi4AudioConfig) -> int:
+    """``_compute_audio_embed_size`` of ``frames * audio_feat_stride``."""
+    n = -(-frames * cfg.audio_feat_stride // cfg.audio_compression_rate)
+    return -(-n // cfg.audio_downsample_rate)
+
+
+def mel_filters(cfg: Phi4AudioConfig) -> np.ndarray:
+    """float32 [mels, n_fft / 2 + 1]: ``mel_filter_bank(..., triangularize_in_mel_space=True,
+    mel_scale="kaldi")``, the same operations (transformers' ``audio_utils``)."""
+    bins = cfg.n_fft // 2 + 1
+    mel_min = logmel.hertz_to_mel(cfg.mel_min_frequency, mel_scale="kaldi")
+    mel_max = logmel.hertz_to_mel(cfg.mel_max_frequency, mel_scale="kaldi")
+    mel_freqs = np.linspace(mel_min, mel_max, cfg.feature_size + 2)
+    width = cfg.sampling_rate / ((bins - 1) * 2)
+    fft_freqs = logmel.hertz_to_mel(width * np.arange(bins), mel_scale="kaldi")
+    diff = np.diff(mel_freqs)
+    slopes = np.expand_dims(mel_freqs, 0) - np.expand_dims(fft_freqs, 1)
+    down, up = -slopes[:, :-2] / diff[:-1], slopes[:, 2:] / diff[1:]
+    return np.ascontiguousarray(np.maximum(np.zeros(1), np.minimum(down, up)).T, dtype=np.float32)
+
+
+def hamming(n: int) -> np.ndarray:
+    """``torch.hamming_window(n, periodic=False, dtype=float64)``: ``0.54 - 0.46 cos(2 pi k / (n - 1))``."""
+    return 0.54 - 0.46 * np.cos(2.0 * math.pi * np.arange(n) / (n - 1))
+
+
+@functools.lru_cache(maxsize=4)
+def _constants(cfg: Phi4AudioConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(the float64 window, the float32 filters [bins, mels])."""
+    return hamming(cfg.win_length), np.ascontiguousarray(mel_filters(cfg).T)
+
+
+def features(wave, cfg: Phi4AudioConfig) -> np.ndarray:
+    """float32 [frames, mels]: the extractor's ``audio_input_features`` of one mono clip."""
+    w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
+    t = frame_count(len(w), cfg)
+    if t == 0:
+        return np.zeros((0, cfg.feature_size), np.float32)
+    frames = np.lib.stride_tricks.as_strided(w, (t, cfg.win_length), (cfg.hop_length * 4, 4))
+    prev = np.empty_like(frames)
+    prev[:, 1:] = frames[:, :-1]
+    prev[:, 0] = frames[:, 0]
+    emphasized = (frames - np.float32(cfg.preemphasis) * prev) * np.float32(32768.0)
+    window, filters = _constants(cfg)
+    spectrum = np.fft.rfft(emphasized * window, n=cfg.n_fft, axis=1).astype(np.complex64)
+    power = np.abs(spectrum) ** np.float32(2)
+    return np.log(np.maximum(power @ filters, np.float32(1.0)))
