@@ -11,13 +11,14 @@ float32 ``[T, 80]``. ``audio_embed_sizes``: ``ceil(ceil(T * stride / 8) / 1)`` t
 clip's ``<|endoftext11|>`` (``audio_token_id`` 200011, ``Phi4MultimodalProcessor.
 replace_audio_token``). A clip under 400 samples makes no frame and is refused.
 
-Here the same operations in the same precisions, with numpy: the pre-emphasis in float32,
-the window and a 512-point real FFT in float64 (pocketfft, where torch's CPU FFT is its
-own), the spectrum rounded to complex64, magnitude and square in float32, a float32 matmul
-and log. The log-mel kernel (``kernels.logmel``) windows in float32, which moves bands far
-below a frame's peak by more than this extractor's float32 tail does; the float32 matmul's
-summation order and the log's last ulp still differ from torch's, so the features are
-within a measured bound of the reference (``tests/audio/test_phi4_audio.py``), not equal.
+Here (``kernels.fbank``, fused) the same operations in the same precisions: the
+pre-emphasis in float32, the window and the FFT in float64, the spectrum rounded to
+complex64, its magnitude and square in float32; the mel bands summed in float64 and the
+log taken in float64, each rounded once. The log-mel kernel (``kernels.logmel``) windows in
+float32, which moves bands far below a frame's peak by more than this extractor's own
+float32 tail does. torch sums its float32 matmul in another order and rounds its log its
+own way, so the features are within a measured bound of the reference
+(``tests/audio/test_phi4_audio.py``), not equal.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import logmel
+from ..kernels import fbank, logmel
 from . import hf_keys
 
 AUDIO_TOKEN_ID = 200011  # <|endoftext11|>
@@ -98,23 +99,18 @@ def hamming(n: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _constants(cfg: Phi4AudioConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(the float64 window, the float32 filters [bins, mels])."""
-    return hamming(cfg.win_length), np.ascontiguousarray(mel_filters(cfg).T)
+def _constants(cfg: Phi4AudioConfig) -> tuple:
+    """The kernel's constants: the float64 window, the FFT's tables, the float32 filters
+    [bins, mels] and their bands' spans."""
+    filters = np.ascontiguousarray(mel_filters(cfg).T)
+    return (hamming(cfg.win_length), *fbank.twiddles(cfg.n_fft), filters, *fbank.bands(filters))
 
 
 def features(wave, cfg: Phi4AudioConfig) -> np.ndarray:
     """float32 [frames, mels]: the extractor's ``audio_input_features`` of one mono clip."""
     w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
-    t = frame_count(len(w), cfg)
-    if t == 0:
-        return np.zeros((0, cfg.feature_size), np.float32)
-    frames = np.lib.stride_tricks.as_strided(w, (t, cfg.win_length), (cfg.hop_length * 4, 4))
-    prev = np.empty_like(frames)
-    prev[:, 1:] = frames[:, :-1]
-    prev[:, 0] = frames[:, 0]
-    emphasized = (frames - np.float32(cfg.preemphasis) * prev) * np.float32(32768.0)
-    window, filters = _constants(cfg)
-    spectrum = np.fft.rfft(emphasized * window, n=cfg.n_fft, axis=1).astype(np.complex64)
-    power = np.abs(spectrum) ** np.float32(2)
-    return np.log(np.maximum(power @ filters, np.float32(1.0)))
+    out = np.empty((frame_count(len(w), cfg), cfg.feature_size), np.float32)
+    if len(out):
+        fbank.log_fbank(w, cfg.win_length, cfg.hop_length, cfg.n_fft, cfg.preemphasis, 32768.0, *_constants(cfg),
+                        out)
+    return out
