@@ -5,8 +5,8 @@ x[i - 1]``, the first sample against itself, times ``scale``), the float64 windo
 FFT of ``n_fft`` points in float64 (the frame zero-padded: a complex FFT of ``n_fft / 2``
 points, radix 2, and the real unpacking), each bin rounded to complex64 and its magnitude
 rounded to float32 (its hypot: the exact float64 squares' sum, square-rooted), squared in
-float32; the mel bands summed in float64 and
-rounded once; ``log(max(mel, 1))`` rounded once. Each output element is written once.
+float32; the mel bands summed in float64 and rounded once; ``log(max(mel, 1))`` rounded
+once. Each output element is written once.
 """
 
 from __future__ import annotations
