@@ -758,9 +758,10 @@ def mel_to_hertz(mels, mel_scale: str = "htk"):
 
 
 def mel_filter_bank(num_frequency_bins: int, num_mel_filters: int, min_frequency: float, max_frequency: float,
-                    sampling_rate: int, norm: str | None = None, mel_scale: str = "htk") -> np.ndarray:
-    """transformers' ``audio_utils.mel_filter_bank`` (float64 ``[bins, mels]``; without
-    ``triangularize_in_mel_space``), the same operations in the same order."""
+                    sampling_rate: int, norm: str | None = None, mel_scale: str = "htk",
+                    triangularize_in_mel_space: bool = False) -> np.ndarray:
+    """transformers' ``audio_utils.mel_filter_bank`` (float64 ``[bins, mels]``), the same
+    operations in the same order."""
     if norm is not None and norm != "slaney":
         raise ValueError('norm must be one of None or "slaney"')
     if num_frequency_bins < 2 or min_frequency > max_frequency:
@@ -769,7 +770,12 @@ def mel_filter_bank(num_frequency_bins: int, num_mel_filters: int, min_frequency
     mel_max = hertz_to_mel(max_frequency, mel_scale=mel_scale)
     mel_freqs = np.linspace(mel_min, mel_max, num_mel_filters + 2)
     filter_freqs = mel_to_hertz(mel_freqs, mel_scale=mel_scale)
-    fft_freqs = np.linspace(0, sampling_rate // 2, num_frequency_bins)
+    if triangularize_in_mel_space:  # the bins' frequencies in Hz, the triangles in mel space
+        width = sampling_rate / ((num_frequency_bins - 1) * 2)
+        fft_freqs = hertz_to_mel(width * np.arange(num_frequency_bins), mel_scale=mel_scale)
+        filter_freqs = mel_freqs
+    else:
+        fft_freqs = np.linspace(0, sampling_rate // 2, num_frequency_bins)
     filter_diff = np.diff(filter_freqs)
     slopes = np.expand_dims(filter_freqs, 0) - np.expand_dims(fft_freqs, 1)
     down_slopes = -slopes[:, :-2] / filter_diff[:-1]

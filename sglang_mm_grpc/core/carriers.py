@@ -286,6 +286,9 @@ class PreprocessOutput:
     audio_tensors: dict[str, np.ndarray] = field(default_factory=dict)
     audio_token_id: int | None = None
     raw_audios: list[bytes] = field(default_factory=list, repr=False)
+    #: Each clip's decoded mono float32 wave at the extractor's rate, whole (empty for a clip
+    #: from the cache): what vLLM keys a clip by (the sidecar).
+    audio_waves: list[np.ndarray] = field(default_factory=list, repr=False)
 
     @property
     def hashes(self) -> list[str]:

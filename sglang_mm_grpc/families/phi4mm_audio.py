@@ -79,18 +79,11 @@ def embed_size(frames: int, cfg: Phi4AudioConfig) -> int:
 
 
 def mel_filters(cfg: Phi4AudioConfig) -> np.ndarray:
-    """float32 [mels, n_fft / 2 + 1]: ``mel_filter_bank(..., triangularize_in_mel_space=True,
-    mel_scale="kaldi")``, the same operations (transformers' ``audio_utils``)."""
-    bins = cfg.n_fft // 2 + 1
-    mel_min = logmel.hertz_to_mel(cfg.mel_min_frequency, mel_scale="kaldi")
-    mel_max = logmel.hertz_to_mel(cfg.mel_max_frequency, mel_scale="kaldi")
-    mel_freqs = np.linspace(mel_min, mel_max, cfg.feature_size + 2)
-    width = cfg.sampling_rate / ((bins - 1) * 2)
-    fft_freqs = logmel.hertz_to_mel(width * np.arange(bins), mel_scale="kaldi")
-    diff = np.diff(mel_freqs)
-    slopes = np.expand_dims(mel_freqs, 0) - np.expand_dims(fft_freqs, 1)
-    down, up = -slopes[:, :-2] / diff[:-1], slopes[:, 2:] / diff[1:]
-    return np.ascontiguousarray(np.maximum(np.zeros(1), np.minimum(down, up)).T, dtype=np.float32)
+    """float32 [mels, n_fft / 2 + 1]: the extractor's ``mel_filter_bank(...,
+    triangularize_in_mel_space=True, mel_scale="kaldi")``."""
+    bank = logmel.mel_filter_bank(cfg.n_fft // 2 + 1, cfg.feature_size, cfg.mel_min_frequency, cfg.mel_max_frequency,
+                                  cfg.sampling_rate, mel_scale="kaldi", triangularize_in_mel_space=True)
+    return np.ascontiguousarray(bank.T, dtype=np.float32)
 
 
 def hamming(n: int) -> np.ndarray:

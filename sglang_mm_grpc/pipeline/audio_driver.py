@@ -214,7 +214,8 @@ def output(family: Family, admitted: Sequence[AdmittedAudio[Any]], laid: Applied
     if not admitted:
         return {}
     return {"audios": results(family, admitted, laid), "audio_tensors": process(family, admitted, cache),
-            "raw_audios": [bytes(b) for b in clips], "audio_token_id": audio_family(family).audio_token_id}
+            "raw_audios": [bytes(b) for b in clips], "audio_token_id": audio_family(family).audio_token_id,
+            "audio_waves": [a.wave for a in admitted]}
 
 
 def results(family: Family, admitted: Sequence[AdmittedAudio[Any]], laid: AppliedLayout) -> list[AudioResult]:

@@ -326,12 +326,12 @@ class Preprocessor:
         audio_hashes: Sequence[str | None] | None = None,
     ) -> PreprocessOutput:
         """``cancel``: set it (RPC cancelled, deadline passed) and the request stops at the next
-        image boundary with CANCELLED. ``use_cache`` False: no cache read or write. ``max_image_tokens``: this request's budget per image (None or 0:
-        the model's, never above it), RESOURCE_EXHAUSTED before decoding. ``allocate(shape,
-        name, dtype)``: memory of the caller's for pixel_values / pixel_values_videos (e.g. a
-        shared-memory segment the kernels write into), or None. ``options`` /
-        ``image_options[i]``: what the request / image i asks (``configure``); each image
-        says its effective values. ``hashes[i]``: image i's blake3 when known. ``videos``
+        image boundary with CANCELLED. ``use_cache`` False: no cache read or write.
+        ``max_image_tokens``: this request's budget per image (None or 0: the model's, never
+        above it), RESOURCE_EXHAUSTED before decoding. ``allocate(shape, name, dtype)``: memory
+        of the caller's for pixel_values / pixel_values_videos (e.g. a shared-memory segment
+        the kernels write into), or None. ``options`` / ``image_options[i]``: what the request
+        / image i asks (``configure``); each image says its effective values. ``hashes[i]``: image i's blake3 when known. ``videos``
         (``video_driver``) and ``audios`` (``audio_driver``), with their options and hashes
         as for images; ``deadline``: a ``time.monotonic()`` decoding must end by. ``raw``: uint8
         pixels before rescale and normalize (for an engine normalizing on the device). The most
@@ -466,12 +466,12 @@ class Preprocessor:
 
     def _positions(self, laid: Layout, plans: list[ItemPlan[Any]],
                    videos: Sequence[video_driver.AdmittedVideo[Any, Any]], audios: Sequence[Any]):
-        """The family's rotary positions (None where it has none). Audio tokens take text
-        positions (Qwen3-Omni's ``get_rope_index``, the one family with both)."""
+        """The family's rotary positions (None where it has none), over the images' view of
+        the layout. Audio tokens take text positions (the Omni thinkers' ``get_rope_index``)."""
         if videos:
             items = video_driver.items(self.family, videos, laid.videos.structural_ranges)
             return self.family.positions(laid.images, plans, items)
-        return self.family.positions(laid.images if audios else laid.applied, plans)
+        return self.family.positions(laid.images, plans)
 
     def _admit_audios(self, audios: list, options: AudioOptions | None,
                       per_audio: Sequence[AudioOptions | None] | None, hashes: Sequence[str | None] | None,

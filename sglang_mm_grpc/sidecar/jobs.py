@@ -35,9 +35,8 @@ from ..core.carriers import VideoResult
 from ..core.errors import Code, PreprocessError
 from ..media import MediaFetcher
 from ..media.fetch import Item
-from ..media import audio as media_audio, video as media_video
+from ..media import video as media_video
 from ..media.decode import open_image
-from ..pipeline import audio_driver
 from ..pipeline.driver import Preprocessor
 from . import vllm_audio, vllm_hashes, vllm_image, vllm_items, vllm_video
 
@@ -159,7 +158,7 @@ class JobRunner:
         if audios:
             items = vllm_items.split_items(vllm_items.cast_floats(vllm_audio.audio_batch(out, family), dtype),
                                            vllm_audio.AUDIO_FIELDS[family](out))
-            hashes["audio"] = [self._audio_hash(raw, i) for i, raw in enumerate(audios)]
+            hashes["audio"] = [vllm_hashes.audio_hash(wave, self.engine.fingerprint.model) for wave in out.audio_waves]
             placeholders["audio"] = [_placeholder(vllm_audio.vllm_span(family, a.structural_range), a.patch_ranges)
                                      for a in out.audios]
             kwargs["audio"] = [vllm_items.encode_item(item) for item in items]
@@ -177,14 +176,6 @@ class JobRunner:
             meta = media_video.probe(raw, self.model.video_limits, item)
             frames = np.stack(list(media_video.frames(raw, video.frame_indices, meta, self.model.video_limits, item)))
         return vllm_hashes.video_hash(raw, self.engine.fingerprint.model, vllm_video.metadata(video), frames=frames)
-
-    def _audio_hash(self, raw: bytes, item: int) -> str:
-        """vLLM's key of the clip: its waveform as vLLM's parser leaves it (decoded again
-        here: the preprocessing keeps no waveform)."""
-        limits, family = self.model.audio_limits, audio_driver.audio_family(self.model.family)
-        meta, wave = media_audio.load(raw, limits, item)
-        wave = media_audio.resample(wave, meta.sample_rate, family.sampling_rate(family.audio_config()))
-        return vllm_hashes.audio_hash(wave, self.engine.fingerprint.model)
 
     def _hash(self, raw: bytes, item: int) -> str:
         """vLLM's key of the image as its connector loads it: converted to RGB (with the

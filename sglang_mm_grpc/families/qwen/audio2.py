@@ -59,9 +59,8 @@ def config_from_hf(preprocessor: dict, config: dict, processor: dict | None = No
         audio=audio, n_samples=n_samples)
 
 
-def token_count(frames: int) -> int:
-    """``num_audio_tokens`` of ``frames`` mask frames."""
-    return (((frames - 1) // 2 + 1) - 2) // 2 + 1
+#: ``num_audio_tokens`` of the mask's frames.
+token_count = whisper_features.conv_token_count
 
 
 class Qwen2Audio(AudioOnly[Qwen2AudioConfig, int]):

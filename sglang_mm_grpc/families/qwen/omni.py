@@ -225,7 +225,7 @@ class Qwen3Omni(QwenVL, AudioFamily[QwenVLConfig, Grid, ExtractorCall]):
                                   f"STFT needs more than {cfg.n_fft // 2})", item=item, kind="audio")
         frames = config.frames(samples)
         tokens = (whisper_features.token_count(frames, cfg.n_window) if config.n_samples is None
-                  else ((frames - 1) // 2 + 1 - 2) // 2 + 1)
+                  else whisper_features.conv_token_count(frames))
         if tokens <= 0:
             raise PreprocessError(Code.INVALID_ARGUMENT, f"{frames} feature frame(s) make no token (vLLM refuses "
                                   "the clip as too short)", item=item, kind="audio")

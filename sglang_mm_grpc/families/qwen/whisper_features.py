@@ -86,6 +86,12 @@ def token_count(frames: int, n_window: int = 50) -> int:
     return ((feat - 1) // 2 + 1 - 1) // 2 + 1 + (frames // chunk) * CHUNK_TOKENS
 
 
+def conv_token_count(frames: int) -> int:
+    """Qwen2-Audio's and Qwen2.5-Omni's tokens of ``frames`` mel frames: two stride-2
+    convolutions, no chunks (``(((l - 1) // 2 + 1) - 2) // 2 + 1``; 0 for 2 frames or fewer)."""
+    return (((frames - 1) // 2 + 1) - 2) // 2 + 1
+
+
 def mel_filters(cfg: LogMelConfig) -> np.ndarray:
     """float32 [feature_size, n_fft // 2 + 1]: the extractor's filters (``max_frequency``
     8000 Hz, fixed there, whatever the rate)."""
