@@ -115,6 +115,14 @@ def processor() -> InklingProcessor:
         return InklingProcessor(tokenizer=_Tokenizer())
 
 
+def save(out: Path, data: dict, meta: dict, summary: str) -> None:
+    """``data``, with ``meta`` as JSON, to ``out`` (the fixture scripts' one way of writing)."""
+    data["meta"] = np.array(json.dumps(meta))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out, **data)
+    print(f"{out}: {out.stat().st_size} bytes, {summary}, {meta}")
+
+
 def rounded_hann(n: int) -> torch.Tensor:
     """``torch.hann_window(n)``'s arithmetic with a correctly rounded cosine (torch's comes
     from MKL's VML on x86 and is an ulp off at some points): the service's window."""
@@ -169,10 +177,7 @@ def main() -> None:
         "mel_filters_sha256": hashlib.sha256(fe.mel_filters.numpy().tobytes()).hexdigest(),
         "hop": fe.hop_length, "n_fft": fe.n_fft, "window_size": fe.window_size, "batch": list(BATCH),
     }
-    data["meta"] = np.array(json.dumps(meta))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(OUT, **data)
-    print(f"{OUT}: {OUT.stat().st_size} bytes, {len(inputs)} clips, batch rows alone-equal {same}, {meta}")
+    save(OUT, data, meta, f"{len(inputs)} clips, batch rows alone-equal {same}")
 
 
 if __name__ == "__main__":

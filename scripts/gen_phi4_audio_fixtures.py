@@ -14,7 +14,6 @@ of. ``mel_filters``: the extractor's filters (float32, as it casts them).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import transformers
 from transformers.models.phi4_multimodal import Phi4MultimodalFeatureExtractor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_inkling_audio_fixtures import as_float  # noqa: E402
+from gen_inkling_audio_fixtures import as_float, save  # noqa: E402
 from gen_qwen3_asr_fixtures import clips  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "phi4_audio_features.npz"
@@ -50,9 +49,7 @@ def main() -> None:
     data["refused"] = np.array(refused)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "python": sys.version.split()[0], "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    data["meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(OUT, **data)
-    print(f"{OUT}: {OUT.stat().st_size} bytes, refused {refused}, {meta}")
+    save(OUT, data, meta, f"refused {refused}")
 
 
 if __name__ == "__main__":

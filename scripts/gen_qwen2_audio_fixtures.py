@@ -18,7 +18,6 @@ to float32 before the max-8 floor and the ``(x + 4) / 4``: the service's bytes m
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from transformers import WhisperFeatureExtractor
 from transformers.models.qwen2_audio import Qwen2AudioProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_inkling_audio_fixtures import as_float  # noqa: E402
+from gen_inkling_audio_fixtures import as_float, save  # noqa: E402
 from gen_qwen3_asr_fixtures import centered_float64 as float64_features, clips  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "qwen2_audio_features.npz"
@@ -67,9 +66,7 @@ def main() -> None:
     meta = {"transformers": transformers.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "python": sys.version.split()[0], "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "extractor": EXTRACTOR, "audio_kwargs": dict(Qwen2AudioProcessor.audio_kwargs)}
-    data["meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(OUT, **data)
-    print(f"{OUT}: {OUT.stat().st_size} bytes, {len(inputs)} clips, {meta}")
+    save(OUT, data, meta, f"{len(inputs)} clips")
 
 
 if __name__ == "__main__":

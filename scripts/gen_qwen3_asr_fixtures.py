@@ -27,7 +27,6 @@ clips in one call (``padding=True``), to show that a batch changes the shorter c
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
@@ -37,7 +36,7 @@ import transformers
 from transformers.models.qwen3_asr import Qwen3ASRFeatureExtractor, Qwen3ASRProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_inkling_audio_fixtures import _pcm, _speechlike, as_float, rounded_hann  # noqa: E402
+from gen_inkling_audio_fixtures import _pcm, _speechlike, as_float, rounded_hann, save  # noqa: E402
 
 SR = 16_000
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "qwen3_asr_features.npz"
@@ -130,10 +129,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(), "kwargs": {k: str(v) for k, v in KWARGS.items()},
         "batch": list(BATCH), "trunc": TRUNC,
     }
-    data["meta"] = np.array(json.dumps(meta))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(OUT, **data)
-    print(f"{OUT}: {OUT.stat().st_size} bytes, {len(inputs)} clips, {meta}")
+    save(OUT, data, meta, f"{len(inputs)} clips")
 
 
 if __name__ == "__main__":

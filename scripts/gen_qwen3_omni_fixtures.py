@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import sys
 from pathlib import Path
 
@@ -54,7 +53,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from gen_inkling_audio_fixtures import as_float  # noqa: E402
+from gen_inkling_audio_fixtures import as_float, save  # noqa: E402
 from gen_qwen3_asr_fixtures import centered_float64 as float64_features, clips  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "audio" / "fixtures" / "qwen3_omni_features.npz"
@@ -250,10 +249,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(), "kwargs": {k: str(v) for k, v in KWARGS.items()},
         "extractor": EXTRACTOR, "batch": list(BATCH), "vllm": "0.33.0 (pad_to_hop_length transcribed)",
     }
-    data["meta"] = np.array(json.dumps(meta))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(OUT, **data)
-    print(f"{OUT}: {OUT.stat().st_size} bytes, {len(inputs)} clips, {meta}")
+    save(OUT, data, meta, f"{len(inputs)} clips")
 
 
 if __name__ == "__main__":
