@@ -517,6 +517,20 @@ def _inkling_entry(inputs: Path, encoder, decoder) -> dict:
             "items": items}
 
 
+def _check_like_vllms(ours, theirs, ours32, theirs32, features: str) -> None:
+    """The sidecar's audio items (``ours``, cast as vLLM casts) against those of vLLM's own
+    path (``theirs``): the same keys, fields, dtypes and shapes; before the cast (``*32``),
+    the ``features`` within 1e-4 and every other tensor equal."""
+    import torch
+
+    for o, t, o32, t32 in zip(ours["audio"], theirs["audio"], ours32["audio"], theirs32["audio"], strict=True):
+        assert list(o.keys()) == list(t.keys()) and _dtypes(o) == _dtypes(t)
+        for key in o:
+            assert o[key].field == t[key].field and o[key].data.shape == t[key].data.shape, key
+            a, b = o32[key].data, t32[key].data
+            assert (a - b).abs().max() <= 1e-4 if key == features else torch.equal(a, b), key
+
+
 def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
     """Qwen3-ASR's clips as vLLM 0.33.0 makes them (model_executor/models/qwen3_asr.py): the
     clips loaded by vLLM's ``AudioMediaIO`` and parsed by its ``Qwen3ASRMultiModalDataParser``
@@ -566,14 +580,8 @@ def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
                    torch.from_numpy(t["audio_feature_lengths"])]
     # vLLM's cast happens before its post-processing, which only joins: cast after it here
     kwargs = items_of(*service)
-    for ours, theirs, ours32, theirs32 in zip(*(k["audio"] for k in (kwargs, items_of(*own),
-                                                                      items_of(*service, cast=False),
-                                                                      items_of(*own, cast=False)))):
-        assert list(ours.keys()) == list(theirs.keys()) and _dtypes(ours) == _dtypes(theirs)
-        for key in ours:
-            assert ours[key].field == theirs[key].field and ours[key].data.shape == theirs[key].data.shape, key
-            a, b = ours32[key].data, theirs32[key].data
-            assert (a - b).abs().max() <= 1e-4 if key == "input_audio_features" else torch.equal(a, b), key
+    _check_like_vllms(kwargs, items_of(*own), items_of(*service, cast=False), items_of(*own, cast=False),
+                      "input_audio_features")
     info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token="<|audio_pad|>"),
                            get_tokenizer=lambda: SimpleNamespace(get_vocab=lambda: {"<|audio_pad|>": ASR_AUDIO}))
     updates = Qwen3ASRMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
@@ -681,13 +689,7 @@ def _qwen2_audio_entry(inputs: Path, encoder, decoder) -> dict:
         return MultiModalKwargsItems.from_hf_inputs(data, _qwen2audio_field_config(data))
 
     kwargs = items_of(service)
-    for ours, theirs, ours32, theirs32 in zip(*(k["audio"] for k in (kwargs, items_of(own), items_of(service, False),
-                                                                      items_of(own, False)))):
-        assert list(ours.keys()) == list(theirs.keys()) and _dtypes(ours) == _dtypes(theirs)
-        for key in ours:
-            assert ours[key].field == theirs[key].field and ours[key].data.shape == theirs[key].data.shape, key
-            a, b = ours32[key].data, theirs32[key].data
-            assert (a - b).abs().max() <= 1e-4 if key == "input_features" else torch.equal(a, b), key
+    _check_like_vllms(kwargs, items_of(own), items_of(service, False), items_of(own, False), "input_features")
     info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token_id=151646))
     updates = Qwen2AudioMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
     bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
