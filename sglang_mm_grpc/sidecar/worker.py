@@ -168,6 +168,6 @@ class Sidecar:
 
     async def _push(self, key: str, raw: bytes, budget: float) -> None:
         pipe = self.client.pipeline(transaction=True)
-        pipe.lpush(key, raw)
+        pipe.lpush(key, memoryview(raw))  # a view goes out as it is: hiredis' packer would copy it, slowly
         pipe.expire(key, RESULT_TTL_S)
         await asyncio.wait_for(pipe.execute(), budget)
