@@ -24,7 +24,8 @@ import pytest
 from sglang_mm_grpc import Code, Preprocessor, PreprocessError
 from sglang_mm_grpc.core.carriers import AudioOptions
 from sglang_mm_grpc.families import build_family
-from sglang_mm_grpc.families.qwen import audio2
+from sglang_mm_grpc.families.qwen import audio2, whisper_features
+from sglang_mm_grpc.kernels import logmel
 
 LONG = "noise_31s"  # the fixture script's 31 s of noise, made again here (not kept in the fixture)
 
@@ -78,6 +79,19 @@ def test_frames_tokens_and_features(name):
     assert hashlib.sha256(feats.tobytes()).hexdigest() == str(DATA[f"feat64_sha256/{name}"])
     if f"feat/{name}" in DATA.files:
         assert np.abs(feats - DATA[f"feat/{name}"]).max() <= (TONAL_TOL if name in TONAL else FEAT_TOL)
+
+
+@pytest.mark.parametrize("samples", [1, 399, 400, 401, 560, 16_000, 479_000, 480_000])
+def test_the_silent_tail_is_the_whole_computation(samples):
+    """Frames that read only the padding are copied from the first such frame, not
+    computed: equal to computing every frame of the padded buffer (and its floor)."""
+    cfg = FAMILY.config.audio
+    w = (0.1 * np.random.default_rng(samples).standard_normal(samples)).astype(np.float32)
+    padded = np.concatenate([w, np.zeros(480_000 - samples, np.float32)])
+    lm = logmel.log_mel_centered(padded, whisper_features._plan(cfg))
+    whole = np.empty((lm.shape[1], lm.shape[0]), np.float32)
+    logmel.peak_floor_scale(lm, np.float32(8.0), np.float32(4.0), np.float32(4.0), whole)
+    assert np.array_equal(whisper_features.features(w, cfg, 480_000), whole)
 
 
 def test_clips_in_a_prompt_and_max_seconds():

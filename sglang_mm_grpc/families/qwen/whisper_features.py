@@ -112,13 +112,21 @@ def features(wave, cfg: LogMelConfig, total: int | None = None) -> np.ndarray:
     ``max(len, min_length)``) first."""
     w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
     n = max(len(w), cfg.min_length) if total is None else total
-    if len(w) != n:
-        w = np.concatenate([w[:n], np.zeros(max(n - len(w), 0), np.float32)])
-    lm = logmel.log_mel_centered(w, _plan(cfg))
-    out = np.empty((lm.shape[1], lm.shape[0]), np.float32)
-    if lm.shape[0]:
-        logmel.peak_floor_scale(lm, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)
+    head = _log_mel_head(w[:n], n, cfg)
+    out = np.empty((cfg.feature_size, logmel.centered_frame_count(n, cfg.hop_length)), np.float32)
+    if len(head):
+        logmel.peak_floor_scale(head, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)  # out[:, :len(head)]
+        out[:, len(head):] = out[:, len(head) - 1:len(head)]
     return out
+
+
+def _log_mel_head(w: np.ndarray, n: int, cfg: LogMelConfig) -> np.ndarray:
+    """The log-mel frames of ``w`` zero-padded to ``n`` samples, up to the first that reads
+    zeros only (a frame reads ``n_fft`` samples): every frame after it is the same silent
+    one, so a long silent tail (Qwen2-Audio's 30 s buffer) is not computed, only copied."""
+    reach = -(-(len(w) + cfg.n_fft + cfg.hop_length) // cfg.hop_length) * cfg.hop_length
+    padded = np.concatenate([w, np.zeros(min(n, reach) - len(w), np.float32)])  # past reach: reflected zeros
+    return logmel.log_mel_centered(padded, _plan(cfg))
 
 
 def field_layout() -> FieldLayout:
