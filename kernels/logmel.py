@@ -26,7 +26,8 @@ samples of each of the 8 frames and transposing them into lanes; a Stockham FFT 
 spectrum unpacked from ``Z[k]`` and ``Z[M - k]``; the magnitude by AVX-512's reciprocal
 square root and two Newton steps (``sqrt`` elsewhere). The spectrum is computed doubled
 (``2 X``) and the mel weights halved, exactly (powers of two); with ``power`` 2 (the power
-spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered.
+spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered. The ``log10`` is libm's, rounded to float32,
+many at a time (``fastlog``).
 
 Centered frames (``log_mel_centered``): ``torch.stft(center=True)``
 pads the clip by ``n_fft / 2`` on each side by reflection; the padded clip goes through the
@@ -59,6 +60,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, overload, register_model
 
+from . import fastlog
 from .simd_ir import array_data, declare, host_features
 
 L = 8  # frames per vector, one float64 lane each
@@ -539,12 +541,13 @@ def _mel(mag, starts, lens, weights, mel_floor, acc):
 
 
 @numba.njit(nogil=True, cache=True)
-def _write_logmel(acc, g, t1, out):
+def _write_logmel(acc, g, t1, out, logs, near):
+    """``out[g + l, m] = float32(log10(acc lane l of m))`` (``logs``, ``near``: scratch)."""
+    fastlog.log10_f32(acc, logs, near)
     nl = min(L, t1 - g)
     for m in range(acc.shape[0] // L):
-        a = vload(acc, m * L)
         for lane in range(nl):
-            out[g + lane, m] = np.float32(math.log10(vget(a, lane)))
+            out[g + lane, m] = logs[m * L + lane]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -581,6 +584,7 @@ def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
     mag = np.empty((mm + 1) * L)
     acc = np.empty(nm * L)
     cnt = np.empty(nm * L)
+    logs, near = np.empty(nm * L, np.float32), np.empty(nm * L, np.bool_)
     for g in range(t0, t1, L):
         _gather(wave, g * hop - left, hop, window, zr, zi)
         if fft_lanes(zr, zi, wr, wi, rs, offs, twr, twi):
@@ -589,7 +593,7 @@ def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
             _magnitudes(zr, zi, rtr, rti, floor, power, mag)
         _mel(mag, starts, lens, weights, mel_floor, acc)
         if out_lm.shape[0] > 0:
-            _write_logmel(acc, g, t1, out_lm)
+            _write_logmel(acc, g, t1, out_lm, logs, near)
         if out_bins.shape[0] > 0:
             _write_bins(acc, taus, g, t1, cnt, out_bins)
 
