@@ -834,6 +834,13 @@ class Plan(NamedTuple):
         return len(self.starts)
 
 
+def fft_plan(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``fft_lanes``' plan for complex FFTs of ``m`` points: the passes' radices, each
+    pass's first twiddle and the twiddles (real, imaginary)."""
+    rs = radices(m)
+    return (np.array(rs, np.int64), *_twiddles(m, rs))
+
+
 def _twiddles(m: int, rs: list[int]):
     offs, re, im = [], [np.zeros(0)], [np.zeros(0)]
     n = m
@@ -847,7 +854,7 @@ def _twiddles(m: int, rs: list[int]):
     return np.array(offs, np.int64), np.concatenate(re), np.concatenate(im)
 
 
-def _sparse(filters: np.ndarray, scale: float = 0.5):
+def sparse_filters(filters: np.ndarray, scale: float = 0.5):
     """Each row's nonzero span of float32 ``filters`` [mels, bins]: starts, lengths and the
     span's weights (float64, times ``scale``: a power of two, exact)."""
     nz = filters != 0
@@ -875,12 +882,10 @@ def plan(n_fft: int, hop: int, window: np.ndarray, filters: np.ndarray, floor: f
     if fb.ndim != 2 or fb.shape[1] != n_fft // 2 + 1:
         raise ValueError(f"filters must be [mels, {n_fft // 2 + 1}], got {fb.shape}")
     m = n_fft // 2
-    rs = radices(m)
-    offs, twr, twi = _twiddles(m, rs)
     k = np.arange(m + 1)
-    starts, lens, weights = _sparse(fb, 0.5 if power == 1 else 0.25)
-    return Plan(n_fft, hop, 0 if center else max(n_fft - hop, 0), stft_window(window, n_fft), np.array(rs, np.int64),
-                offs, twr, twi, np.cos(2.0 * np.pi * k / n_fft), -np.sin(2.0 * np.pi * k / n_fft),
+    starts, lens, weights = sparse_filters(fb, 0.5 if power == 1 else 0.25)
+    return Plan(n_fft, hop, 0 if center else max(n_fft - hop, 0), stft_window(window, n_fft), *fft_plan(m),
+                np.cos(2.0 * np.pi * k / n_fft), -np.sin(2.0 * np.pi * k / n_fft),
                 float(np.float32(floor)), starts, lens, weights, float(np.float32(mel_floor)), power)
 
 

@@ -92,11 +92,10 @@ def hamming(n: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _constants(cfg: Phi4AudioConfig) -> tuple:
-    """The kernel's constants: the float64 window, the FFT's tables, the float32 filters
-    [bins, mels] and their bands' spans."""
-    filters = np.ascontiguousarray(mel_filters(cfg).T)
-    return (hamming(cfg.win_length), *fbank.twiddles(cfg.n_fft), filters, *fbank.bands(filters))
+def _plan(cfg: Phi4AudioConfig) -> fbank.Plan:
+    """The kernel's plan: the float64 window, the FFT's tables, the float32 filters' bands."""
+    return fbank.plan(cfg.win_length, cfg.hop_length, cfg.n_fft, cfg.preemphasis, 32768.0, hamming(cfg.win_length),
+                      np.ascontiguousarray(mel_filters(cfg).T))
 
 
 def features(wave, cfg: Phi4AudioConfig) -> np.ndarray:
@@ -104,6 +103,5 @@ def features(wave, cfg: Phi4AudioConfig) -> np.ndarray:
     w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
     out = np.empty((frame_count(len(w), cfg), cfg.feature_size), np.float32)
     if len(out):
-        fbank.log_fbank(w, cfg.win_length, cfg.hop_length, cfg.n_fft, cfg.preemphasis, 32768.0, *_constants(cfg),
-                        out)
+        fbank.log_fbank(w, _plan(cfg), out)
     return out
