@@ -59,31 +59,39 @@ def plan(win: int, hop: int, n_fft: int, alpha: float, scale: float, window: np.
                 *sparse_filters(np.ascontiguousarray(fb.T), 1.0))
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gather(wave, s0, hop, win, alpha, scale, window, zr, zi, frames):
     """Lane ``l < frames`` <- the frame at ``wave[s0 + l * hop:]``, pre-emphasized, windowed,
-    zero-padded and packed as complex (even samples real, odd imaginary); other lanes 0."""
+    zero-padded and packed as complex (even samples real, odd imaginary); other lanes 0.
+    Sample pairs outside, lanes inside: each row of 8 lanes is written at once."""
     m = zr.shape[0] // L
     a32, s32 = np.float32(alpha), np.float32(scale)
+    starts = np.empty(L, np.int64)
     for lane in range(L):
-        if lane >= frames:
-            for n in range(m):
-                zr[n * L + lane] = 0.0
-                zi[n * L + lane] = 0.0
-            continue
-        s = s0 + lane * hop
-        zr[lane] = np.float64((wave[s] - a32 * wave[s]) * s32) * window[0]
+        starts[lane] = s0 + min(lane, frames - 1) * hop  # lanes past the frames: zeroed below
+    half = win // 2
+    for lane in range(L):
+        s = starts[lane]
+        zr[lane] = np.float64((wave[s] - a32 * wave[s]) * s32) * window[0]  # the first sample against itself
+        zi[lane] = np.float64((wave[s + 1] - a32 * wave[s]) * s32) * window[1] if win > 1 else 0.0
+    for n in range(1, half):
+        j = 2 * n
+        w0, w1 = window[j], window[j + 1]
+        for lane in range(L):
+            s = starts[lane] + j
+            x0, x1, x2 = wave[s - 1], wave[s], wave[s + 1]
+            zr[n * L + lane] = np.float64((x1 - a32 * x0) * s32) * w0
+            zi[n * L + lane] = np.float64((x2 - a32 * x1) * s32) * w1
+    for n in range(max(half, 1), m):  # an odd window's last sample, then the zero padding
+        j = 2 * n
+        for lane in range(L):
+            s = starts[lane] + j
+            zr[n * L + lane] = np.float64((wave[s] - a32 * wave[s - 1]) * s32) * window[j] if j < win else 0.0
+            zi[n * L + lane] = 0.0
+    for lane in range(frames, L):
         for n in range(m):
-            j = 2 * n
-            if j + 1 < win:
-                zi[n * L + lane] = np.float64((wave[s + j + 1] - a32 * wave[s + j]) * s32) * window[j + 1]
-            else:
-                zi[n * L + lane] = 0.0
-            if n > 0:
-                if j < win:
-                    zr[n * L + lane] = np.float64((wave[s + j] - a32 * wave[s + j - 1]) * s32) * window[j]
-                else:
-                    zr[n * L + lane] = 0.0
+            zr[n * L + lane] = 0.0
+            zi[n * L + lane] = 0.0
 
 
 @numba.njit(nogil=True, cache=True)
