@@ -977,16 +977,16 @@ def log_mel_centered(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray
     return lm
 
 
-@numba.njit(nogil=True, cache=True)
-def peak_floor_scale(lm, below, shift, divisor, out):
+def peak_floor_scale(lm, below, shift, divisor, out) -> None:
     """``out[m, t] = (max(lm[t, m], max(lm) - below) + shift) / divisor``, each step in
     float32 (torch's ``maximum(x, x.max() - below)``, ``(x + shift) / divisor`` on a
-    float32 tensor; ``below``, ``shift``, ``divisor`` float32)."""
-    top = np.float32(-np.inf)
-    for t in range(lm.shape[0]):
-        for m in range(lm.shape[1]):
-            top = max(top, lm[t, m])
-    low = np.float32(top - below)
+    float32 tensor; ``below``, ``shift``, ``divisor`` float32). ``out`` may have more
+    columns than ``lm`` has rows: those are left alone."""
+    _floor_scale(lm, np.float32(np.float32(lm.max()) - below), shift, divisor, out)  # numpy's max: vectorized
+
+
+@numba.njit(nogil=True, cache=True)
+def _floor_scale(lm, low, shift, divisor, out):
     for t in range(lm.shape[0]):
         for m in range(lm.shape[1]):
             v = max(lm[t, m], low)
