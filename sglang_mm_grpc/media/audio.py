@@ -347,22 +347,25 @@ def _vorbis_tail(wave: np.ndarray, seconds: float | None, rate: int) -> np.ndarr
 
 
 class _Decode:
-    """One clip's decode: frames to float32 mono, the limits counted as it goes. Each
-    frame's samples are kept as decoded (views of its planes, per channel) and converted
-    and mixed once at the end: the conversion and the mix go element by element, so one
-    pass over the whole equals one per frame, without a numpy call per frame."""
+    """One clip's decode: frames to float32 mono, the limits counted as it goes. Decoded
+    frames are queued as they are in FFmpeg's audio FIFO (one C copy a frame, no array made
+    per frame); each run of one sample format is read out as one block and converted and
+    mixed once at the end: the conversion and the mix go element by element, so one pass
+    over the whole equals one per frame."""
 
     def __init__(self, meta: AudioMeta, limits: AudioLimits, item: int | None, deadline: float | None):
         self.meta, self.limits, self.item, self.deadline = meta, limits, item, deadline
         self.end = time.monotonic() + limits.decode_timeout_s
         self.max_samples = int(meta.sample_rate * limits.max_duration_s)  # vLLM's int(sr * max_duration_s)
         self.packets = self.samples = 0
-        self.parts: list = []  # per frame: its channels' samples, in the decoded dtype
+        self.max_packets = limits.max_packets
+        self.parts: list = []  # per run of one sample format: its channels' samples, in that format
+        self.fifo = None
 
     def packet(self) -> None:
         self.packets += 1
-        if self.packets > self.limits.max_packets:
-            n = self.limits.max_packets
+        if self.packets > self.max_packets:
+            n = self.max_packets
             raise _exhausted("the stream holds over", f"{n} packets", n, "max_decoded_samples / 16 + 4096 packets",
                              self.item)
         now = time.monotonic()
@@ -373,15 +376,31 @@ class _Decode:
                                   f"{self.samples} samples", item=self.item, kind="audio")
 
     def add(self, frame) -> None:
+        """A decoded frame, checked and counted, into the FIFO (a new one where the sample
+        format changes: the FIFO holds one format)."""
         if frame.sample_rate != self.meta.sample_rate:
             raise _bad(f"a frame at {frame.sample_rate} Hz in a stream of {self.meta.sample_rate} Hz "
                        "(the rate changes mid-stream)", self.item)
-        self.add_planes(_channels(frame))
+        self._count(frame.layout.nb_channels, frame.samples)  # before the write: the FIFO checks no channels
+        frame.pts = None  # the FIFO would check the timestamps' continuity; the decoder's are not ours to judge
+        if self.fifo is not None:
+            try:
+                self.fifo.write(frame)
+                return
+            except ValueError:  # another sample format
+                self._flush()
+        from av.audio.fifo import AudioFifo  # noqa: PLC0415  (the optional extra)
+
+        self.fifo = AudioFifo()
+        self.fifo.write(frame)
 
     def add_planes(self, planes) -> None:
         """[channels, n] samples (an array, or a sequence of per-channel arrays of one
         dtype), counted against the limits."""
-        channels, n = len(planes), len(planes[0])
+        self._count(len(planes), len(planes[0]))
+        self.parts.append(planes)
+
+    def _count(self, channels: int, n: int) -> None:
         if channels != self.meta.channels:
             raise _bad(f"a frame of {channels} channels in a stream of {self.meta.channels} "
                        "(the channels change mid-stream)", self.item)
@@ -392,16 +411,23 @@ class _Decode:
         if self.samples > self.max_samples:
             raise _exhausted("the stream decodes into", f"{self.samples} samples at {self.meta.sample_rate} Hz",
                              f"{self.limits.max_duration_s:g} s", "max_duration_s", self.item)
-        self.parts.append(planes)
+
+    def _flush(self) -> None:
+        block = self.fifo.read() if self.fifo is not None else None
+        self.fifo = None
+        if block is not None:
+            self.parts.append(_channels(block))
 
     def wave(self) -> np.ndarray:
+        self._flush()
         if not self.samples:
             raise _bad("the audio stream decodes into no samples", self.item)
         parts, self.parts = self.parts, []
         if len({p[0].dtype for p in parts}) > 1:  # the sample format changed mid-stream: part by part
-            return np.concatenate([mono(_converted(np.asarray(p))) for p in parts])
-        planes = np.stack([np.concatenate([p[c] for p in parts]) for c in range(self.meta.channels)])
-        return mono(_converted(planes))
+            return np.concatenate([mono(_converted(p)) for p in parts])
+        if len(parts) == 1:
+            return mono(_converted(parts[0]))
+        return mono(_converted([np.concatenate([p[c] for p in parts]) for c in range(self.meta.channels)]))
 
 
 _TO_FLOAT = {
@@ -428,25 +454,29 @@ def _channels(frame) -> list[np.ndarray]:
     return list(np.frombuffer(frame.planes[0], dtype, count=n * c).reshape(n, c).T)
 
 
-def _converted(planes: np.ndarray) -> np.ndarray:
-    """float32 [channels, n] of integer or float samples, as swresample converts them."""
-    scale = _TO_FLOAT.get(planes.dtype)
+def _converted(channels) -> list[np.ndarray]:
+    """Each channel's integer or float samples as float32, as swresample converts them."""
+    return [_float32(c) for c in channels]
+
+
+def _float32(samples: np.ndarray) -> np.ndarray:
+    scale = _TO_FLOAT.get(samples.dtype)
     if scale is not None:
-        return planes.astype(np.float32) * scale
-    if planes.dtype == np.uint8:
-        return (planes.astype(np.float32) - np.float32(128)) * np.float32(2.0 ** -7)
-    return np.ascontiguousarray(planes, dtype=np.float32)
+        return samples.astype(np.float32) * scale
+    if samples.dtype == np.uint8:
+        return (samples.astype(np.float32) - np.float32(128)) * np.float32(2.0 ** -7)
+    return samples.astype(np.float32, copy=False)
 
 
-def mono(planes: np.ndarray) -> np.ndarray:
-    """float32 [n]: the channels' mean as ``np.mean(planes, axis=0)`` takes it over a
-    C-ordered [channels, n] float32 array (summed in order, then divided by the count)."""
-    if planes.shape[0] == 1:
-        return np.array(planes[0], dtype=np.float32)
-    acc = np.array(planes[0], dtype=np.float32)
-    for c in range(1, planes.shape[0]):
-        acc += planes[c]
-    acc /= np.float32(planes.shape[0])
+def mono(channels) -> np.ndarray:
+    """float32 [n]: the channels' mean (a [channels, n] array or a sequence of channels) as
+    ``np.mean(planes, axis=0)`` takes it over a C-ordered [channels, n] float32 array
+    (summed in order, then divided by the count)."""
+    acc = np.array(channels[0], dtype=np.float32)
+    for c in range(1, len(channels)):
+        acc += channels[c]
+    if len(channels) > 1:
+        acc /= np.float32(len(channels))
     return acc
 
 

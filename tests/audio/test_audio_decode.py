@@ -169,6 +169,18 @@ def test_mono_is_numpys_channel_mean():
         assert np.array_equal(audio.mono(planes[:c]), np.mean(planes[:c], axis=0))
 
 
+@pytest.mark.parametrize("first,second,cause", [((44100, 1), (44100, 2), "the channels change mid-stream"),
+                                                 ((44100, 2), (44100, 1), "the channels change mid-stream"),
+                                                 ((44100, 1), (48000, 1), "the rate changes mid-stream")])
+def test_a_stream_that_changes_its_channels_or_rate_is_refused(first, second, cause):
+    """Two MP3s back to back: one stream whose frames change layout or rate. Every frame is
+    checked before it joins the others (the FIFO that gathers them checks no channels)."""
+    data = audiogen.clip(0.5, first[0], first[1], "mp3") + audiogen.clip(0.5, second[0], second[1], "mp3")
+    with pytest.raises(PreprocessError, match=cause) as e:
+        _decode(data)
+    assert e.value.code.name == "INVALID_ARGUMENT"
+
+
 def test_probe_reads_the_header_only():
     wav = audiogen.clip(1.0, 16000, 2, "wav_s16")
     meta = audio.probe(wav)
