@@ -40,6 +40,7 @@ import io
 import struct
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -360,7 +361,7 @@ class _Decode:
         self.packets = self.samples = 0
         self.max_packets = limits.max_packets
         self.parts: list = []  # per run of one sample format: its channels' samples, in that format
-        self.fifo = None
+        self.fifo: Any = None  # av.audio.fifo.AudioFifo (the optional extra's)
 
     def packet(self) -> None:
         self.packets += 1
