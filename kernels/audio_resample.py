@@ -26,6 +26,10 @@ conv of fewer than 12 frames, in a one-frame conv, and in one or two values of t
 frames of some convs of few phases, where MKL sums some other way: there the two differ by
 a float32 rounding or two (1.2e-7 at most, measured). MKL picks its kernels by CPU, so on
 another CPU torch's own sums may move at that level.
+
+Only a phase's nonzero taps are summed (7% of them at 44.1 -> 16 kHz): a zero tap adds
+``s * 0`` to a chain, which changes nothing while the samples are finite; a clip with an
+infinite or NaN sample is summed whole, as torch sums it.
 """
 
 from __future__ import annotations
@@ -110,9 +114,12 @@ def tile_frames(phases: int) -> int:
     return max(16, min(1024, (32768 // max(phases, 1)) // 16 * 16))
 
 
-def resample(wave: np.ndarray, orig: int, new: int, taps_by_phase: np.ndarray, width: int) -> np.ndarray:
+def resample(wave: np.ndarray, orig: int, new: int, taps_by_phase: np.ndarray, width: int,
+             whole: bool = False) -> np.ndarray:
     """float32 [output_length]: ``wave`` (float32 [n]) resampled with ``taps_by_phase``
-    (float32 [taps, phases]: ``sinc_kernel(orig, new)``'s kernel transposed) and its ``width``."""
+    (float32 [taps, phases]: ``sinc_kernel(orig, new)``'s kernel transposed) and its
+    ``width``; ``whole``: every tap summed, the zeros too (as for a clip with non-finite
+    samples, ``nonzero_spans``)."""
     x = np.ascontiguousarray(wave, dtype=np.float32)
     o, n = reduced(orig, new)
     taps = taps_by_phase.shape[0]
@@ -127,8 +134,22 @@ def resample(wave: np.ndarray, orig: int, new: int, taps_by_phase: np.ndarray, w
     fused = fused_path(n, len(x) // o + 1)
     cuts = block_cuts(taps) if fused else np.array([0, taps], np.int64)
     at = np.arange(taps, dtype=np.int64)
-    convolve(by_phase, taps_by_phase, at % o, at // o, cuts, fused, frames, tile_frames(n), out)
+    whole = whole or not np.isfinite(x).all()
+    lo, hi = (np.zeros(n, np.int64), np.full(n, taps, np.int64)) if whole else nonzero_spans(taps_by_phase)
+    convolve(by_phase, taps_by_phase, at % o, at // o, cuts, lo, hi, fused, frames, tile_frames(n), out)
     return out
+
+
+def nonzero_spans(taps_by_phase: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each phase's (column's) first and past-last nonzero tap. Only these are summed: a
+    zero tap adds ``s * 0``, which changes no chain while the samples are finite (an
+    infinite or NaN sample would make it NaN, so such a clip is summed whole, as torch
+    sums it)."""
+    nz = taps_by_phase != 0
+    any_ = nz.any(0)
+    lo = np.where(any_, nz.argmax(0), 0).astype(np.int64)
+    hi = np.where(any_, len(nz) - nz[::-1].argmax(0), 0).astype(np.int64)
+    return lo, hi
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -158,39 +179,38 @@ def _plain1(s0, w, acc, count):
 
 
 @numba.njit(nogil=True, cache=True)
-def _chains(by_phase, taps_by_phase, rows, shifts, k0, k1, fused, t0, count, acc):
-    """Taps k0..k1 of every phase's chain over the frames t0..t0+count, into ``acc``;
-    four taps a pass (each tap's samples read once for all phases)."""
+def _chains(by_phase, taps_by_phase, rows, shifts, k0, k1, lo, hi, fused, t0, count, acc):
+    """Taps k0..k1 of every phase's chain over the frames t0..t0+count, into ``acc``; phase
+    ``j``'s taps outside ``[lo[j], hi[j])`` are skipped (zeros: adding ``s * 0`` to a
+    chain changes nothing), four taps a pass."""
     phases = taps_by_phase.shape[1]
-    k = k0
-    while k + 4 <= k1:
-        s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
-        s1 = by_phase[rows[k + 1], shifts[k + 1] + t0:shifts[k + 1] + t0 + count]
-        s2 = by_phase[rows[k + 2], shifts[k + 2] + t0:shifts[k + 2] + t0 + count]
-        s3 = by_phase[rows[k + 3], shifts[k + 3] + t0:shifts[k + 3] + t0 + count]
-        for j in range(phases):
+    for j in range(phases):
+        k, end = max(k0, lo[j]), min(k1, hi[j])
+        while k + 4 <= end:
+            s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
+            s1 = by_phase[rows[k + 1], shifts[k + 1] + t0:shifts[k + 1] + t0 + count]
+            s2 = by_phase[rows[k + 2], shifts[k + 2] + t0:shifts[k + 2] + t0 + count]
+            s3 = by_phase[rows[k + 3], shifts[k + 3] + t0:shifts[k + 3] + t0 + count]
             if fused:
                 _fused4(s0, s1, s2, s3, taps_by_phase[k:k + 4, j], acc[j], count)
             else:
                 _plain4(s0, s1, s2, s3, taps_by_phase[k:k + 4, j], acc[j], count)
-        k += 4
-    while k < k1:
-        s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
-        for j in range(phases):
+            k += 4
+        while k < end:
+            s0 = by_phase[rows[k], shifts[k] + t0:shifts[k] + t0 + count]
             if fused:
                 _fused1(s0, taps_by_phase[k, j], acc[j], count)
             else:
                 _plain1(s0, taps_by_phase[k, j], acc[j], count)
-        k += 1
+            k += 1
 
 
 @numba.njit(nogil=True, cache=True)
-def convolve(by_phase, taps_by_phase, rows, shifts, cuts, fused, frames, tile, out):
+def convolve(by_phase, taps_by_phase, rows, shifts, cuts, lo, hi, fused, frames, tile, out):
     """out[f * phases + j] = kernel row j's dot product with the padded samples from
     frame f (tap k's sample is ``by_phase[rows[k], f + shifts[k]]``), each a chain in tap
     order as MKL sums it (``fused``, over the blocks ``cuts``; see the module), for the
-    frames ``out`` holds. Taps outer, phases inner: each tap's samples are read once per
-    tile of frames, every phase's chain keeps its order."""
+    frames ``out`` holds, phase ``j``'s taps outside ``[lo[j], hi[j])`` skipped (zeros)."""
     phases = taps_by_phase.shape[1]
     acc = np.zeros((phases, tile), np.float32)
     total = np.zeros((phases, tile), np.float32)
@@ -198,7 +218,7 @@ def convolve(by_phase, taps_by_phase, rows, shifts, cuts, fused, frames, tile, o
         count = min(tile, frames - t0)
         for c in range(len(cuts) - 1):
             acc[:, :] = 0.0
-            _chains(by_phase, taps_by_phase, rows, shifts, cuts[c], cuts[c + 1], fused, t0, count, acc)
+            _chains(by_phase, taps_by_phase, rows, shifts, cuts[c], cuts[c + 1], lo, hi, fused, t0, count, acc)
             if c == 0:
                 total[:, :] = acc
             else:

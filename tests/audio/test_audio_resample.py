@@ -121,3 +121,29 @@ def test_float64_input_is_taken_as_float32():
     """vLLM hands torchaudio ``torch.as_tensor(audio, dtype=float32)``."""
     x = audiogen.noise(4000).astype(np.float64) + 1e-12
     assert np.array_equal(audio.resample(x, 22050, 16000), audio.resample(x.astype(np.float32), 22050, 16000))
+
+
+@pytest.mark.parametrize("orig,new", [(44100, 16000), (22050, 16000), (16000, 44100), (48000, 16000), (11025, 16000)])
+@pytest.mark.parametrize("n", [5, 3000, 44100])
+def test_zero_taps_skipped_change_no_value(orig, new, n):
+    """Most taps of a many-phase kernel are zeros (93% at 44.1 -> 16 kHz): summing only the
+    nonzero ones is equal bit for bit to summing them all, on the plain and fused paths."""
+    x = audiogen.noise(n)
+    kernel, width = audio_resample.sinc_kernel(orig, new)
+    taps_by_phase = np.ascontiguousarray(kernel.T)
+    assert np.array_equal(audio_resample.resample(x, orig, new, taps_by_phase, width),
+                          audio_resample.resample(x, orig, new, taps_by_phase, width, whole=True))
+
+
+def test_a_non_finite_sample_is_summed_as_torch_sums_it():
+    """NaN times a zero tap is NaN: a clip with a non-finite sample is summed whole, so the
+    NaN reaches every output whose window holds it, as in torch's conv."""
+    x = audiogen.noise(44100)
+    x[20000] = np.nan
+    kernel, width = audio_resample.sinc_kernel(44100, 16000)
+    taps_by_phase = np.ascontiguousarray(kernel.T)
+    got = audio.resample(x, 44100, 16000)
+    assert np.array_equal(got, audio_resample.resample(x, 44100, 16000, taps_by_phase, width, whole=True),
+                          equal_nan=True)
+    lo, hi = audio_resample.nonzero_spans(taps_by_phase)
+    assert np.isnan(got).sum() > sum(hi - lo) // len(lo)  # more than the nonzero taps alone would reach
