@@ -125,7 +125,8 @@ def _log_mel_head(w: np.ndarray, n: int, cfg: LogMelConfig) -> np.ndarray:
     zeros only (a frame reads ``n_fft`` samples): every frame after it is the same silent
     one, so a long silent tail (Qwen2-Audio's 30 s buffer) is not computed, only copied."""
     reach = -(-(len(w) + cfg.n_fft + cfg.hop_length) // cfg.hop_length) * cfg.hop_length
-    padded = np.concatenate([w, np.zeros(min(n, reach) - len(w), np.float32)])  # past reach: reflected zeros
+    size = min(n, reach)  # past reach: reflected zeros
+    padded = w if len(w) == size else np.concatenate([w, np.zeros(size - len(w), np.float32)])
     return logmel.log_mel_centered(padded, _plan(cfg))
 
 
