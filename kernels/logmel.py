@@ -32,8 +32,6 @@ many at a time (``fastlog``).
 Centered frames (``log_mel_centered``): ``torch.stft(center=True)``
 pads the clip by ``n_fft / 2`` on each side by reflection; the padded clip goes through the
 same frames with no left pad, ``len // hop`` of them (the STFT's last frame dropped).
-``peak_floor_scale`` then clamps a clip's log-mel to its maximum less ``below`` and maps
-``(x + shift) / divisor`` in float32, transposed to ``[mels, frames]``.
 
 dMel bins without the logarithm: ``bin(mel)`` (the float32 log-mel quantized) never
 decreases as ``mel`` grows, so it is the number of thresholds ``taus[j] <= mel``, where
@@ -541,13 +539,17 @@ def _mel(mag, starts, lens, weights, mel_floor, acc):
 
 
 @numba.njit(nogil=True, cache=True)
-def _write_logmel(acc, g, t1, out, logs, near):
-    """``out[g + l, m] = float32(log10(acc lane l of m))`` (``logs``, ``near``: scratch)."""
+def _write_logmel(acc, g, t1, out, logs, near, by_mel):
+    """``out[g + l, m]`` (``by_mel``: ``out[m, g + l]``) ``= float32(log10(acc lane l of
+    m))`` (``logs``, ``near``: scratch)."""
     fastlog.log10_f32(acc, logs, near)
     nl = min(L, t1 - g)
     for m in range(acc.shape[0] // L):
         for lane in range(nl):
-            out[g + lane, m] = logs[m * L + lane]
+            if by_mel:
+                out[m, g + lane] = logs[m * L + lane]
+            else:
+                out[g + lane, m] = logs[m * L + lane]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -572,9 +574,10 @@ def _write_bins(acc, taus, g, t1, cnt, out):
 
 @numba.njit(nogil=True, cache=True)
 def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor, power,
-           starts, lens, weights, mel_floor, taus, out_lm, out_bins):
+           starts, lens, weights, mel_floor, taus, out_lm, out_bins, by_mel):
     """Frames ``[t0, t1)`` of ``wave`` (float32, frame t at ``t * hop - left``): the
-    float32 log-mel into ``out_lm[t]`` when ``out_lm`` has rows, the dMel bins (counts of
+    float32 log-mel into ``out_lm[t]`` (``by_mel``: ``out_lm[:, t]``) when ``out_lm`` has
+    any, the dMel bins (counts of
     ``taus``) into ``out_bins[t]`` when it has rows. ``weights`` are the mel filters
     halved (the spectrum is doubled; quartered for ``power`` 2, ``|X|^2``); see the module
     docstring for the rest."""
@@ -592,8 +595,8 @@ def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
         else:
             _magnitudes(zr, zi, rtr, rti, floor, power, mag)
         _mel(mag, starts, lens, weights, mel_floor, acc)
-        if out_lm.shape[0] > 0:
-            _write_logmel(acc, g, t1, out_lm, logs, near)
+        if out_lm.size > 0:
+            _write_logmel(acc, g, t1, out_lm, logs, near, by_mel)
         if out_bins.shape[0] > 0:
             _write_bins(acc, taus, g, t1, cnt, out_bins)
 
@@ -916,11 +919,13 @@ _NO_LM = np.empty((0, 0), np.float32)
 _NO_BINS = np.empty((0, 0), np.int32)
 
 
-def _run(w: np.ndarray, p: Plan, bins: Bins | None, lm: np.ndarray, out_bins: np.ndarray) -> None:
+def _run(w: np.ndarray, p: Plan, bins: Bins | None, lm: np.ndarray, out_bins: np.ndarray,
+         by_mel: bool = False, t1: int | None = None) -> None:
     taus = bins.taus if bins is not None else np.empty(0)
-    t1 = lm.shape[0] if lm.shape[0] else out_bins.shape[0]
+    if t1 is None:
+        t1 = lm.shape[0] if lm.size else out_bins.shape[0]
     frames(w, p.left, p.hop, 0, t1, p.window, p.rs, p.offs, p.twr, p.twi, p.rtr, p.rti,
-           p.floor, p.power, p.starts, p.lens, p.weights, p.mel_floor, taus, lm, out_bins)
+           p.floor, p.power, p.starts, p.lens, p.weights, p.mel_floor, taus, lm, out_bins, by_mel)
 
 
 def log_mel(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray:
@@ -961,33 +966,22 @@ def centered_frame_count(samples: int, hop: int) -> int:
     return int(samples) // int(hop)
 
 
-def log_mel_centered(wave, p: Plan, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 [frames, mels]: the log10 mel of ``torch.stft(wave, center=True,
-    pad_mode="reflect")`` without its last frame (``p`` planned with ``center``). The
-    clip must be longer than ``n_fft / 2`` (torch's reflection needs it)."""
+def log_mel_centered(wave, p: Plan, out: np.ndarray | None = None, by_mel: bool = False) -> np.ndarray:
+    """float32 [frames, mels] (``by_mel``: [mels, frames], into the first columns of an
+    ``out`` that may have more): the log10 mel of ``torch.stft(wave, center=True,
+    pad_mode="reflect")`` without its last frame (``p`` planned with ``center``). The clip
+    must be longer than ``n_fft / 2`` (torch's reflection needs it)."""
     w = _clip(wave)
     half = p.n_fft // 2
     if p.left != 0:
         raise ValueError("log_mel_centered needs a plan made with center=True")
     if len(w) <= half:
         raise ValueError(f"a centered STFT needs more than {half} samples, got {len(w)}")
-    lm = _out(out, (centered_frame_count(len(w), p.hop), p.n_mels), np.float32)
-    if len(lm):
-        _run(np.pad(w, half, mode="reflect"), p, None, lm, _NO_BINS)
+    n = centered_frame_count(len(w), p.hop)
+    if by_mel and out is not None:  # more columns than frames: those are left alone
+        lm = _out(out, (p.n_mels, max(n, out.shape[1])), np.float32)
+    else:
+        lm = _out(out, (p.n_mels, n) if by_mel else (n, p.n_mels), np.float32)
+    if n:
+        _run(np.pad(w, half, mode="reflect"), p, None, lm, _NO_BINS, by_mel, n)
     return lm
-
-
-def peak_floor_scale(lm, below, shift, divisor, out) -> None:
-    """``out[m, t] = (max(lm[t, m], max(lm) - below) + shift) / divisor``, each step in
-    float32 (torch's ``maximum(x, x.max() - below)``, ``(x + shift) / divisor`` on a
-    float32 tensor; ``below``, ``shift``, ``divisor`` float32). ``out`` may have more
-    columns than ``lm`` has rows: those are left alone."""
-    _floor_scale(lm, np.float32(np.float32(lm.max()) - below), shift, divisor, out)  # numpy's max: vectorized
-
-
-@numba.njit(nogil=True, cache=True)
-def _floor_scale(lm, low, shift, divisor, out):
-    for t in range(lm.shape[0]):
-        for m in range(lm.shape[1]):
-            v = max(lm[t, m], low)
-            out[m, t] = np.float32(np.float32(v + shift) / divisor)

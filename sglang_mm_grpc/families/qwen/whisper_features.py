@@ -112,22 +112,29 @@ def features(wave, cfg: LogMelConfig, total: int | None = None) -> np.ndarray:
     ``max(len, min_length)``) first."""
     w = np.ascontiguousarray(wave, dtype=np.float32).reshape(-1)
     n = max(len(w), cfg.min_length) if total is None else total
-    head = _log_mel_head(w[:n], n, cfg)
     out = np.empty((cfg.feature_size, logmel.centered_frame_count(n, cfg.hop_length)), np.float32)
-    if len(head):
-        logmel.peak_floor_scale(head, np.float32(8.0), np.float32(4.0), np.float32(4.0), out)  # out[:, :len(head)]
-        out[:, len(head):] = out[:, len(head) - 1:len(head)]
+    k = _log_mel_head(w[:n], n, cfg, out)
+    if k:
+        head = out[:, :k]  # maximum(x, x.max() - 8), (x + 4) / 4, each step in float32 as torch's
+        np.maximum(head, np.float32(head.max()) - np.float32(8.0), out=head)
+        head += np.float32(4.0)
+        head /= np.float32(4.0)
+        out[:, k:] = out[:, k - 1:k]
     return out
 
 
-def _log_mel_head(w: np.ndarray, n: int, cfg: LogMelConfig) -> np.ndarray:
-    """The log-mel frames of ``w`` zero-padded to ``n`` samples, up to the first that reads
-    zeros only (a frame reads ``n_fft`` samples): every frame after it is the same silent
-    one, so a long silent tail (Qwen2-Audio's 30 s buffer) is not computed, only copied."""
+def _log_mel_head(w: np.ndarray, n: int, cfg: LogMelConfig, out: np.ndarray) -> int:
+    """The log-mel frames of ``w`` zero-padded to ``n`` samples into ``out`` [mels, frames],
+    up to the first that reads zeros only (a frame reads ``n_fft`` samples): every frame
+    after it is the same silent one, so a long silent tail (Qwen2-Audio's 30 s buffer) is
+    not computed, only copied. Returns the frames computed."""
     reach = -(-(len(w) + cfg.n_fft + cfg.hop_length) // cfg.hop_length) * cfg.hop_length
     size = min(n, reach)  # past reach: reflected zeros
     padded = w if len(w) == size else np.concatenate([w, np.zeros(size - len(w), np.float32)])
-    return logmel.log_mel_centered(padded, _plan(cfg))
+    k = logmel.centered_frame_count(size, cfg.hop_length)
+    if k:
+        logmel.log_mel_centered(padded, _plan(cfg), out=out, by_mel=True)  # its first k columns
+    return k
 
 
 def field_layout() -> FieldLayout:
