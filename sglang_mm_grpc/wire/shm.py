@@ -574,7 +574,6 @@ class ShmArena:
 
     def _fill(self) -> None:
         """The background thread: drops the mappings handed to it, refills the pool."""
-        _lowest_priority()
         while True:
             self._wake.wait(WRITE_WAIT_S)
             self._wake.clear()
@@ -781,17 +780,6 @@ class ShmArena:
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
-
-
-def _lowest_priority() -> None:
-    """The calling thread at the lowest CPU priority (Linux sets it per thread): refilling
-    the pool is work for idle moments, not for the cores a response is being sent on (a
-    one-shot call over /dev/shm, client side: 12.3 -> 11.5 ms p50 on 2 vCPUs). The work is
-    the same either way; under full load a request faults its own pages in."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
-        pass
 
 
 def _mapped(fd: int, nbytes: int) -> mmap.mmap:
