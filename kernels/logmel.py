@@ -26,8 +26,8 @@ samples of each of the 8 frames and transposing them into lanes; a Stockham FFT 
 spectrum unpacked from ``Z[k]`` and ``Z[M - k]``; the magnitude by AVX-512's reciprocal
 square root and two Newton steps (``sqrt`` elsewhere). The spectrum is computed doubled
 (``2 X``) and the mel weights halved, exactly (powers of two); with ``power`` 2 (the power
-spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered. The ``log10`` is libm's, rounded to float32,
-many at a time (``fastlog``).
+spectrum ``|X|^2``, no square root) the spectrum is ``4 |X|^2`` and the weights quartered.
+The ``log10`` is libm's, rounded to float32, many at a time (``fastlog``).
 
 Centered frames (``log_mel_centered``): ``torch.stft(center=True)``
 pads the clip by ``n_fft / 2`` on each side by reflection; the padded clip goes through the
@@ -577,10 +577,9 @@ def frames(wave, left, hop, t0, t1, window, rs, offs, twr, twi, rtr, rti, floor,
            starts, lens, weights, mel_floor, taus, out_lm, out_bins, by_mel):
     """Frames ``[t0, t1)`` of ``wave`` (float32, frame t at ``t * hop - left``): the
     float32 log-mel into ``out_lm[t]`` (``by_mel``: ``out_lm[:, t]``) when ``out_lm`` has
-    any, the dMel bins (counts of
-    ``taus``) into ``out_bins[t]`` when it has rows. ``weights`` are the mel filters
-    halved (the spectrum is doubled; quartered for ``power`` 2, ``|X|^2``); see the module
-    docstring for the rest."""
+    any, the dMel bins (counts of ``taus``) into ``out_bins[t]`` when it has rows.
+    ``weights`` are the mel filters halved (the spectrum is doubled; quartered for
+    ``power`` 2, ``|X|^2``); see the module docstring for the rest."""
     mm = window.shape[0] // 2
     nm = starts.shape[0]
     zr, zi, wr, wi = np.empty(mm * L), np.empty(mm * L), np.empty(mm * L), np.empty(mm * L)
