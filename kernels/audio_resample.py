@@ -94,6 +94,17 @@ def output_length(samples: int, orig: int, new: int) -> int:
     return int(np.ceil(np.float32(n * int(samples) / o)))
 
 
+def input_needed(outputs: int, orig: int, new: int) -> int:
+    """The fewest input samples whose resampling gives the first ``outputs`` samples of any
+    longer clip's, equal: those the outputs' frames read (through the kernel's span), and
+    at least the 12 frames after which the sums take the path a long clip's take."""
+    if orig == new:
+        return int(outputs)
+    o, n = reduced(orig, new)
+    _, taps, _ = kernel_shape(orig, new)
+    return max(-(-int(outputs) // n) * o + taps, 12 * o)
+
+
 def fused_path(phases: int, frames: int) -> bool:
     """Whether MKL's sgemm takes the fused, blocked path for this conv (see the module)."""
     return phases >= 4 and frames >= 12

@@ -216,16 +216,22 @@ def probe(data: bytes, limits: AudioLimits = AudioLimits(), item: int | None = N
 
 
 def load(data: bytes, limits: AudioLimits = AudioLimits(), item: int | None = None,
-         deadline: float | None = None) -> tuple[AudioMeta, np.ndarray]:
+         deadline: float | None = None, keep: tuple[int, int] | None = None) -> tuple[AudioMeta, np.ndarray]:
     """``probe`` then ``decode``, the container opened once (FFmpeg's probe of a compressed
-    stream is a real share of its decode)."""
+    stream is a real share of its decode). ``keep`` (samples, rate): only that many samples
+    at that rate are wanted, so decoding stops once they can be resampled exactly
+    (``audio_resample.input_needed``); the wave is then the whole clip's prefix."""
     av = _av()
     header, meta = _own_header(data, limits, item)
     if meta is not None:
-        return meta, decode(data, meta, limits, item, deadline)
+        return meta, decode(data, meta, limits, item, deadline, _enough(keep, meta))
     with _open(av, data, item) as container:
         meta = _meta(container, header, limits, item)
-        return meta, _demuxed(av, container, _Decode(meta, limits, item, deadline), item)
+        return meta, _demuxed(av, container, _Decode(meta, limits, item, deadline, _enough(keep, meta)), item)
+
+
+def _enough(keep: tuple[int, int] | None, meta: AudioMeta) -> int | None:
+    return None if keep is None else audio_resample.input_needed(keep[0], meta.sample_rate, keep[1])
 
 
 def _own_header(data: bytes, limits: AudioLimits, item: int | None) -> tuple[_Header | None, AudioMeta | None]:
@@ -284,14 +290,15 @@ def _meta(container, header: _Header | None, limits: AudioLimits, item: int | No
 
 
 def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), item: int | None = None,
-           deadline: float | None = None) -> np.ndarray:
+           deadline: float | None = None, enough: int | None = None) -> np.ndarray:
     """float32 [n]: the clip's mono wave at ``meta.sample_rate``, as vLLM's loader gives it.
     ``deadline``: a ``time.monotonic()`` value the decode must end by (with
-    ``limits.decode_timeout_s``, the earlier wins)."""
+    ``limits.decode_timeout_s``, the earlier wins). ``enough``: decoding may stop once it
+    has that many samples (the wave is then a prefix of the whole, at least that long)."""
     av = _av()
     if len(data) > limits.max_bytes:
         raise _exhausted("audio of", f"{len(data)} bytes", limits.max_bytes, "max_bytes", item)
-    job = _Decode(meta, limits, item, deadline)
+    job = _Decode(meta, limits, item, deadline, enough)
     pcm = _pcm_wave(data, meta, job)
     if pcm is not None:
         return pcm
@@ -300,17 +307,22 @@ def decode(data: bytes, meta: AudioMeta, limits: AudioLimits = AudioLimits(), it
 
 
 def _demuxed(av, container, job: "_Decode", item: int | None) -> np.ndarray:
-    """The open container's first audio stream decoded by ``job``."""
+    """The open container's first audio stream decoded by ``job`` (to its end where it is
+    Vorbis: its tail rule needs the whole length)."""
     stream = _audio_stream(container, item)
+    vorbis = stream.codec_context.name == "vorbis"
+    enough = job.enough if not vorbis else 1 << 62
     try:
         for packet in container.demux(stream):
             job.packet()
             for frame in packet.decode():
                 job.add(frame)
+            if job.samples >= enough:
+                break
     except av.FFmpegError as e:
         raise _bad(f"corrupt audio data after {job.samples} samples ({_why(e)})", item) from None
     wave = job.wave()
-    if stream.codec_context.name == "vorbis":
+    if vorbis:
         wave = _vorbis_tail(wave, _stated_seconds(container, stream), job.meta.sample_rate)
     return wave
 
@@ -326,7 +338,8 @@ def _pcm_wave(data: bytes, meta: AudioMeta, job: "_Decode") -> np.ndarray | None
     if (header.rate, header.channels, header.samples) != (meta.sample_rate, meta.channels, meta.samples):
         return None
     job.packet()  # the deadline, as for a decoded stream's first packet
-    frames = np.frombuffer(data, header.pcm, count=header.samples * header.channels, offset=header.offset)
+    count = min(header.samples, job.enough)
+    frames = np.frombuffer(data, header.pcm, count=count * header.channels, offset=header.offset)
     job.add_planes(frames.reshape(-1, header.channels).T)
     return job.wave()
 
@@ -354,8 +367,10 @@ class _Decode:
     mixed once at the end: the conversion and the mix go element by element, so one pass
     over the whole equals one per frame."""
 
-    def __init__(self, meta: AudioMeta, limits: AudioLimits, item: int | None, deadline: float | None):
+    def __init__(self, meta: AudioMeta, limits: AudioLimits, item: int | None, deadline: float | None,
+                 enough: int | None = None):
         self.meta, self.limits, self.item, self.deadline = meta, limits, item, deadline
+        self.enough = enough if enough is not None else 1 << 62  # samples after which decoding may stop
         self.end = time.monotonic() + limits.decode_timeout_s
         self.max_samples = int(meta.sample_rate * limits.max_duration_s)  # vLLM's int(sr * max_duration_s)
         self.packets = self.samples = 0

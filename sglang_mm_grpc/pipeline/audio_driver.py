@@ -147,22 +147,38 @@ def configure(family: Family, count: int, max_tokens: int, options: AudioOptions
 
 def admit(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,
           known: str | None = None, deadline: float | None = None, cache: PreprocessCache | None = None,
-          spec_key: str = "") -> AdmittedAudio[Any]:
+          spec_key: str = "", whole: bool = False) -> AdmittedAudio[Any]:
     """Hash; the cached clip, or its header (limits), decode, resample and plan; the budget
-    checked either way."""
+    checked either way. The clip is decoded only as far as the family reads it, unless
+    ``whole`` (its wave is then the whole clip's)."""
     audio = audio_family(family)
     t0 = time.perf_counter()
     found = Lookup.of(data, target, known, cache, spec_key)
     if found.hit is not None:
         return found.admitted(data, i, target)
-    meta, wave = media_audio.load(data, limits, i, deadline)
+    rate = audio.sampling_rate(target.config)
+    keep = None if whole else reads_at_most(audio, target.config, limits, rate)
+    meta, wave = media_audio.load(data, limits, i, deadline, (keep, rate) if keep is not None else None)
     t1 = time.perf_counter()
-    wave = media_audio.resample(wave, meta.sample_rate, audio.sampling_rate(target.config))
+    wave = media_audio.resample(wave, meta.sample_rate, rate)
     t2 = time.perf_counter()
     plan = audio.plan_audio(target.config, len(wave), i)
     _check_budget(plan, i, target)
     return AdmittedAudio(found.hash, data, meta, wave, plan, target,
                          {"decode": (t1 - t0) * 1e3, "resample": (t2 - t1) * 1e3}, key=found.key)
+
+
+def reads_at_most(audio: AudioFamily, config: Any, limits: media_audio.AudioLimits, rate: int) -> int | None:
+    """The most samples (at ``rate``) the family reads of a clip as ``config`` asks (a
+    truncation, or a buffer such as Qwen2-Audio's 30 s), or None where it reads any clip
+    the limits allow to its end. A family's plan depends on a clip's length only up to
+    what it keeps (``plan_audio``), so any clip that long plans, and computes, the same."""
+    longest = int(limits.max_duration_s * rate) + 1
+    try:
+        kept = audio.plan_audio(config, longest, 0).samples
+    except PreprocessError:
+        return None
+    return kept if kept < longest else None
 
 
 def plan_only(family: Family, data: bytes, i: int, target: AudioTarget[Any], limits: media_audio.AudioLimits,

@@ -136,6 +136,7 @@ class Preprocessor:
         max_audios: int = audio_driver.DEFAULT_MAX_AUDIOS,
         max_audio_tokens: int = audio_driver.DEFAULT_MAX_AUDIO_TOKENS,
         audio_limits: AudioLimits = AudioLimits(),
+        whole_clips: bool = False,
     ):
         """``executor``: where a request's other images run (``fanout``); None runs them in
         turn on the calling thread. ``cache``: share one cache between models (keys include
@@ -145,7 +146,9 @@ class Preprocessor:
         ``max_video_tokens`` (a video's whole expansion; ``VideoOptions.max_tokens`` may
         lower it) and ``video_limits`` (bytes, duration, frames, pixels, decode time) bound
         the videos (``video_driver``); ``max_audios``, ``max_audio_tokens`` and
-        ``audio_limits`` the audio clips (``audio_driver``)."""
+        ``audio_limits`` the audio clips (``audio_driver``), each decoded only as far as
+        the family reads it unless ``whole_clips`` (the output's ``audio_waves`` are then
+        the whole clips: the vLLM sidecar keys a clip by it)."""
         if max_image_tokens < 1:
             raise ValueError(f"max_image_tokens must be positive, got {max_image_tokens}")
         self.family = family
@@ -162,6 +165,7 @@ class Preprocessor:
         self.max_audios = max_audios
         self.max_audio_tokens = int(max_audio_tokens)
         self.audio_limits = audio_limits
+        self.whole_clips = whole_clips
         self.executor = executor
         #: Everything that decides the output for given bytes; part of every cache key.
         self.spec_key = family.fingerprint()
@@ -485,7 +489,8 @@ class Preprocessor:
             return self._each(lambda i: audio_driver.plan_only(self.family, audios[i], i, targets[i], self.audio_limits,
                                                                _known(hashes, i), cache, spec), len(audios), cancel)
         return self._each(lambda i: audio_driver.admit(self.family, audios[i], i, targets[i], self.audio_limits,
-                                                       _known(hashes, i), deadline, cache, spec), len(audios), cancel)
+                                                       _known(hashes, i), deadline, cache, spec, self.whole_clips),
+                          len(audios), cancel)
 
     def _each(self, fn: Callable[[int], R], count: int, cancel: threading.Event | None) -> list[R]:
         return fan_out(fn, count, self.executor, cancel, self.work)

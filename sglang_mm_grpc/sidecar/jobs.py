@@ -221,10 +221,11 @@ def load_model(model: str, processor: str, **options) -> Preprocessor:
     """The checkpoint's preprocessing as the worker's vLLM runs it: ``processor`` (the HF
     class vLLM loads), images resized where vLLM's processor resizes them first (Inkling:
     ``vllm_image.processor_family``), videos sampled as vLLM's loader samples them;
-    ``options`` go to the ``Preprocessor`` (limits)."""
+    ``options`` go to the ``Preprocessor`` (limits). Clips are decoded whole: vLLM keys a
+    clip by its whole parsed waveform (``vllm_hashes.audio_hash``)."""
     loaded = model_config.load(model, None, processor)
     family = vllm_image.processor_family(vllm_video.loader_family(loaded.family))
-    return Preprocessor(family, name=loaded.name, source=loaded.source, cache_bytes=0, **options)
+    return Preprocessor(family, name=loaded.name, source=loaded.source, cache_bytes=0, whole_clips=True, **options)
 
 
 def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
