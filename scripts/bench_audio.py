@@ -48,7 +48,9 @@ Ours, in this process (one thread, malloc tuned as ``serve`` tunes it), per fami
   wave16, plan)`` (Inkling: the int32 dMel bins; the others: float32 log-mel);
 * end to end: ``Preprocessor.from_model(preset, cache_bytes=0).preprocess([],
   audios=[clip], use_cache=False)`` (the prompt: the clip's placeholder alone): the whole
-  call (hash, header, decode, resample, plan, layout, features); no cache can answer.
+  call (hash, header, decode, resample, plan, layout, features); no cache can answer. It
+  decodes only as far as the family reads (Qwen2-Audio: 30 s), where the stages above
+  take the whole clip.
 
 The reference, in a process of its own (``--reference-python``, a venv with vLLM, torch and
 torchaudio; ``--reference-pythonpath`` put first on its path, where transformers 5.24, the version
