@@ -488,7 +488,6 @@ def _inkling_entry(inputs: Path, encoder, decoder) -> dict:
     from vllm.multimodal.hasher import MultiModalHasher
     from vllm.multimodal.inputs import MultiModalKwargsItems
     from vllm.multimodal.media.image import ImageMediaIO
-    from vllm.multimodal.processing import BaseMultiModalProcessor
 
     with np.load(inputs) as npz:
         images = [npz[f"inkling/image{i}"].tobytes() for i in range(len(INKLING_IMAGES))]
@@ -501,20 +500,33 @@ def _inkling_entry(inputs: Path, encoder, decoder) -> dict:
     config = InklingMultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
     kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)
     updates = InklingMultiModalProcessor._get_prompt_updates(None, None, {}, kwargs)
-    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"image": len(images)})
-    bare = object.__new__(InklingMultiModalProcessor)
-    ids, placeholders = bare._apply_prompt_updates(list(INKLING_PROMPT), bound)
-    ranges = [p.to_range() for p in placeholders["image"]]
-    items = [_item_entry(item, encoder, decoder) for item in kwargs["image"]]
+    ids, ranges, items = _applied(InklingMultiModalProcessor, updates, INKLING_PROMPT, "image", kwargs, encoder,
+                                  decoder)
     print(f"inkling: {cls}, vLLM's pixels equal the sidecar's, patches {num_patches.tolist()}, items "
           f"{[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}")
     return {"family": "inkling", "model": INKLING, "image_processor": cls, "pixels_equal_vllms": True,
-            "prompt": INKLING_PROMPT, "prompt_token_ids": [int(t) for t in ids],
-            "placeholders": [{"offset": r.offset, "length": r.length,
-                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "prompt": INKLING_PROMPT, "prompt_token_ids": ids,
+            "placeholders": _placeholders(ranges),
             "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=INKLING, image=ImageMediaIO().load_bytes(raw))
                        for raw in images],
             "items": items}
+
+
+def _applied(processor_cls, updates, prompt: list[int], modality: str, kwargs, encoder, decoder) -> tuple:
+    """vLLM's prompt updates of ``modality``'s items bound (``_bind_and_group_updates``) and
+    applied to ``prompt`` (``_apply_prompt_updates``): the expanded ids, each item's
+    PlaceholderRange, and the items' entries."""
+    from vllm.multimodal.processing import BaseMultiModalProcessor
+
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {modality: len(kwargs[modality])})
+    ids, placeholders = object.__new__(processor_cls)._apply_prompt_updates(list(prompt), bound)
+    return ([int(t) for t in ids], [p.to_range() for p in placeholders[modality]],
+            [_item_entry(item, encoder, decoder) for item in kwargs[modality]])
+
+
+def _placeholders(ranges) -> list[dict]:
+    return [{"offset": r.offset, "length": r.length, "is_embed": None if r.is_embed is None else r.is_embed.tolist()}
+            for r in ranges]
 
 
 def _check_like_vllms(ours, theirs, ours32, theirs32, features: str) -> None:
@@ -550,7 +562,6 @@ def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
     from vllm.multimodal.hasher import MultiModalHasher
     from vllm.multimodal.inputs import MultiModalKwargsItems
     from vllm.multimodal.media.audio import AudioMediaIO
-    from vllm.multimodal.processing import BaseMultiModalProcessor
 
     with np.load(inputs) as npz:
         clips = [npz[f"audio/clip{i}"].tobytes() for i in range(len(ASR_CLIPS))]
@@ -585,16 +596,12 @@ def _qwen3_asr_entry(inputs: Path, encoder, decoder) -> dict:
     info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token="<|audio_pad|>"),
                            get_tokenizer=lambda: SimpleNamespace(get_vocab=lambda: {"<|audio_pad|>": ASR_AUDIO}))
     updates = Qwen3ASRMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
-    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
-    ids, placeholders = object.__new__(Qwen3ASRMultiModalProcessor)._apply_prompt_updates(list(ASR_PROMPT), bound)
-    ranges = [p.to_range() for p in placeholders["audio"]]
-    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    ids, ranges, items = _applied(Qwen3ASRMultiModalProcessor, updates, ASR_PROMPT, "audio", kwargs, encoder, decoder)
     print(f"qwen3_asr: {len(waves)} clips {[len(w) for w in waves]} samples, items {[i['bytes'] for i in items]} "
           f"bytes, ranges {[(r.offset, r.length) for r in ranges]}, the structure of vLLM's own path")
     return {"family": "qwen3_asr", "model": ASR, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
-            "prompt": ASR_PROMPT, "prompt_token_ids": [int(t) for t in ids],
-            "placeholders": [{"offset": r.offset, "length": r.length,
-                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "prompt": ASR_PROMPT, "prompt_token_ids": ids,
+            "placeholders": _placeholders(ranges),
             "hashes": hashes, "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
 
@@ -614,7 +621,6 @@ def _inkling_audio_entry(inputs: Path, encoder, decoder) -> dict:
     from vllm.multimodal.hasher import MultiModalHasher
     from vllm.multimodal.inputs import MultiModalKwargsItems
     from vllm.multimodal.media.audio import AudioMediaIO
-    from vllm.multimodal.processing import BaseMultiModalProcessor
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import gen_inkling_audio_fixtures
@@ -637,17 +643,13 @@ def _inkling_audio_entry(inputs: Path, encoder, decoder) -> dict:
     config = InklingMultiModalProcessor._get_mm_fields_config(None, hf_inputs, {})
     kwargs = MultiModalKwargsItems.from_hf_inputs(hf_inputs, config)
     updates = InklingMultiModalProcessor._get_prompt_updates(None, None, {}, kwargs)
-    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
-    ids, placeholders = object.__new__(InklingMultiModalProcessor)._apply_prompt_updates(
-        list(INKLING_AUDIO_PROMPT), bound)
-    ranges = [p.to_range() for p in placeholders["audio"]]
-    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    ids, ranges, items = _applied(InklingMultiModalProcessor, updates, INKLING_AUDIO_PROMPT, "audio", kwargs, encoder,
+                                  decoder)
     print(f"inkling audio: bins equal vLLM's path ({own.dtype}), frames {counts.tolist()}, items "
           f"{[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}")
     return {"family": "inkling", "model": INKLING, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
-            "bins_equal_vllms": True, "prompt": INKLING_AUDIO_PROMPT, "prompt_token_ids": [int(t) for t in ids],
-            "placeholders": [{"offset": r.offset, "length": r.length,
-                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "bins_equal_vllms": True, "prompt": INKLING_AUDIO_PROMPT, "prompt_token_ids": ids,
+            "placeholders": _placeholders(ranges),
             "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=INKLING, audio=w) for w in waves],
             "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
@@ -669,7 +671,6 @@ def _qwen2_audio_entry(inputs: Path, encoder, decoder) -> dict:
     from vllm.multimodal.hasher import MultiModalHasher
     from vllm.multimodal.inputs import MultiModalKwargsItems
     from vllm.multimodal.media.audio import AudioMediaIO
-    from vllm.multimodal.processing import BaseMultiModalProcessor
 
     with np.load(inputs) as npz:
         clips = [npz[f"audio/clip{i}"].tobytes() for i in range(len(ASR_CLIPS))]
@@ -692,17 +693,13 @@ def _qwen2_audio_entry(inputs: Path, encoder, decoder) -> dict:
     _check_like_vllms(kwargs, items_of(own), items_of(service, False), items_of(own, False), "input_features")
     info = SimpleNamespace(get_hf_processor=lambda **_: SimpleNamespace(audio_token_id=151646))
     updates = Qwen2AudioMultiModalProcessor._get_prompt_updates(SimpleNamespace(info=info), parsed, {}, kwargs)
-    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {"audio": len(clips)})
-    ids, placeholders = object.__new__(Qwen2AudioMultiModalProcessor)._apply_prompt_updates(
-        list(QWEN2_AUDIO_PROMPT), bound)
-    ranges = [p.to_range() for p in placeholders["audio"]]
-    items = [_item_entry(item, encoder, decoder) for item in kwargs["audio"]]
+    ids, ranges, items = _applied(Qwen2AudioMultiModalProcessor, updates, QWEN2_AUDIO_PROMPT, "audio", kwargs,
+                                  encoder, decoder)
     print(f"qwen2_audio: items {[i['bytes'] for i in items]} bytes, ranges {[(r.offset, r.length) for r in ranges]}, "
           "the structure of vLLM's own path")
     return {"family": "qwen2_audio", "model": QWEN2_AUDIO, "clips": ASR_CLIPS, "samples": [len(w) for w in waves],
-            "prompt": QWEN2_AUDIO_PROMPT, "prompt_token_ids": [int(t) for t in ids],
-            "placeholders": [{"offset": r.offset, "length": r.length,
-                              "is_embed": None if r.is_embed is None else r.is_embed.tolist()} for r in ranges],
+            "prompt": QWEN2_AUDIO_PROMPT, "prompt_token_ids": ids,
+            "placeholders": _placeholders(ranges),
             "hashes": [MultiModalHasher.hash_kwargs("blake3", model_id=QWEN2_AUDIO, audio=w) for w in waves],
             "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
