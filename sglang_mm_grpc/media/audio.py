@@ -311,7 +311,7 @@ def _demuxed(av, container, job: "_Decode", item: int | None) -> np.ndarray:
     Vorbis: its tail rule needs the whole length)."""
     stream = _audio_stream(container, item)
     vorbis = stream.codec_context.name == "vorbis"
-    enough = job.enough if not vorbis else 1 << 62
+    enough = job.enough if not vorbis else _TO_THE_END
     try:
         for packet in container.demux(stream):
             job.packet()
@@ -360,6 +360,10 @@ def _vorbis_tail(wave: np.ndarray, seconds: float | None, rate: int) -> np.ndarr
     return wave
 
 
+#: ``_Decode.enough`` of a clip decoded to its end.
+_TO_THE_END = 1 << 62
+
+
 class _Decode:
     """One clip's decode: frames to float32 mono, the limits counted as it goes. Decoded
     frames are queued as they are in FFmpeg's audio FIFO (one C copy a frame, no array made
@@ -370,7 +374,7 @@ class _Decode:
     def __init__(self, meta: AudioMeta, limits: AudioLimits, item: int | None, deadline: float | None,
                  enough: int | None = None):
         self.meta, self.limits, self.item, self.deadline = meta, limits, item, deadline
-        self.enough = enough if enough is not None else 1 << 62  # samples after which decoding may stop
+        self.enough = enough if enough is not None else _TO_THE_END  # samples after which decoding may stop
         self.end = time.monotonic() + limits.decode_timeout_s
         self.max_samples = int(meta.sample_rate * limits.max_duration_s)  # vLLM's int(sr * max_duration_s)
         self.packets = self.samples = 0
