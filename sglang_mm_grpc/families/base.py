@@ -282,8 +282,12 @@ class Family(ABC, Generic[C, G]):
 
     def fingerprint(self) -> str:
         """Everything that decides this family's output for given image bytes (the
-        resolved config is a frozen dataclass, so its repr is complete and stable)."""
-        return f"{type(self).__module__}.{type(self).__name__}:{self.config!r}"
+        resolved config is a frozen dataclass, so its repr is complete and stable); made
+        once, as a raw or configured variant keys every request by it."""
+        key = self.__dict__.get("_fingerprint")
+        if key is None:
+            key = self.__dict__["_fingerprint"] = f"{type(self).__module__}.{type(self).__name__}:{self.config!r}"
+        return key
 
     def warmup(self) -> None:
         """Compile every kernel this family's requests can reach."""
