@@ -121,6 +121,8 @@ class MediaFetcher:
             Item("image", i) for i in range(len(sources))]
         budget = ByteBudget(self.policy.request_byte_budget)
         admitted = [self._admit(item, raw, budget) for item, raw in zip(items, sources)]
+        if all(source.kind == "bytes" for source in admitted):  # nothing to wait for: no task, no loop turn
+            return [source.data for source in admitted]
         coroutines = [self._fetch_item(item, raw, source, budget, deadline)
                       for item, raw, source in zip(items, sources, admitted)]
         return await _all_or_nothing(coroutines)
