@@ -13,7 +13,9 @@
   its dtype, the server's own time, the response's bytes. Timed in the steady state: new
   images first fill the server's preprocessing cache until it evicts, as on a server that
   has run a while (until then each image the cache keeps is memory the process faults in
-  fresh, ~13 ms per 22.5 MB float32 tensor on a 2-vCPU VM).
+  fresh, ~13 ms per 22.5 MB float32 tensor on a 2-vCPU VM);
+* the gRPC floor: a bare ``grpc.aio`` server answering the same JPEG at once, p50: what
+  gRPC alone costs that call shape, under the server's overhead over in-process.
 
 Run from a checkout with the package installed (``pip install -e '.[test]'``); the
 process tunes malloc and asks for AMX tiles as ``serve`` does.
@@ -116,6 +118,46 @@ def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
     return out
 
 
+def _echo_server(port_out) -> None:
+    """A bare ``grpc.aio`` server (the server's kind) whose one unary method answers any
+    request at once with 40 bytes (the SHM response's size)."""
+    import asyncio
+
+    import grpc
+
+    async def at_once(_request: bytes, _context) -> bytes:
+        return b"x" * 40
+
+    async def serve() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+        answer = grpc.unary_unary_rpc_method_handler(at_once)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echo.Echo", {"Call": answer}),))
+        port_out.put(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+def bench_grpc_floor(repeat: int, photo: bytes) -> float:
+    """p50 ms of a bare gRPC call carrying the same JPEG, answered at once (no work): what
+    gRPC alone costs this call shape on this machine, the floor under the server's overhead."""
+    import multiprocessing
+
+    import grpc
+
+    ctx = multiprocessing.get_context("spawn")
+    port_out = ctx.Queue()
+    proc = ctx.Process(target=_echo_server, args=(port_out,), daemon=True)
+    proc.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port_out.get(timeout=60)}") as channel:
+            call = channel.unary_unary("/echo.Echo/Call")
+            return _timed_flows(lambda: call(photo, timeout=60), repeat)
+    finally:
+        proc.kill()
+
+
 def _fill_cache(stub, fresh) -> int:
     """Send new images (the largest payload: float32, inline) until the server's
     preprocessing cache evicts; returns how many it took."""
@@ -150,6 +192,9 @@ def main(argv=None) -> int:
     server_row = next(r for r in rows if r["model"] == SERVER_MODEL)
     server = bench_server(args.repeat, photo, {"uint8": server_row["uint8_p50_ms"],
                                                "float32": server_row["float32_p50_ms"]})
+    server["grpc_floor_p50_ms"] = floor = bench_grpc_floor(args.repeat * 5, photo)
+    print(f"a bare grpc.aio call carrying the same JPEG, answered at once: p50 {floor:.2f} ms (gRPC alone; the "
+          f"SHM uint8 one-shot's overhead over in-process: {server['shm_uint8_p50_ms'] - server_row['uint8_p50_ms']:.2f})")
     if args.json:
         Path(args.json).write_text(json.dumps({"inprocess": rows, "server": server}, indent=1) + "\n")
     return 0
