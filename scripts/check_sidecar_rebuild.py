@@ -126,7 +126,7 @@ def make_results(out: Path) -> None:
                                    for k, v in vllm_video.video_batch(want).items()},
                                   video_ranges=np.array([v.structural_range for v in want.videos]))
                 if audios:
-                    batch = vllm_audio.audio_batch(want, family)
+                    batch = vllm_audio.audio_batch(want, model.family)
                     arrays.update({k: v for k, v in batch.items() if k != "feature_attention_mask"},
                                   audio_ranges=np.array([vllm_audio.vllm_span(family, a.structural_range)
                                                          for a in want.audios]))

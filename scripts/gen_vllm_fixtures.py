@@ -59,9 +59,12 @@ Llama 4 and the Qwen videos are kept by the sha256 of vLLM's bytes (MANIFEST.jso
 the expanded prompt and each image's PlaceholderRange as vLLM's own prompt-update code gives
 them, and vLLM's keys of the images: Inkling (``_inkling_entry``: vLLM's
 vllm/models/inkling/common/mm_preprocess.py, with its own pixels checked equal to the
-sidecar's). "refused" records, for the families the sidecar refuses because vLLM loads a
-torchvision image processor class where the service reproduces the PIL one, that class and
-how far its pixels are from the service's (``_refused_entries``).
+sidecar's). "omni" holds the same for one job of each Omni thinker (Qwen2.5-Omni, Qwen3-Omni:
+an image, a video and two clips in one prompt, ``_omni_entry``), per modality, with the items
+checked against what the thinker's own vLLM processor makes of the same media. "refused"
+records, for the families the sidecar refuses because vLLM loads a torchvision image
+processor class where the service reproduces the PIL one, that class and how far its pixels
+are from the service's (``_refused_entries``).
 
 Key order caveat
 ----------------
@@ -156,6 +159,21 @@ INKLING_AUDIO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_inkling_audio_t
 QWEN2_AUDIO = "Qwen/Qwen2-Audio-7B-Instruct"
 QWEN2_AUDIO_PROMPT = [1, 151647, 151646, 151648, 13, 151647, 151646, 151648, 2]
 QWEN2_AUDIO_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_qwen2_audio_tensors.npz"  # made by --make-inputs
+#: the Omni thinkers (vLLM 0.33: model_executor/models/qwen2_5_omni_thinker.py, qwen3_omni_moe_thinker.py):
+#: the inputs' first PNG, "clamp" clip and two audio clips in one prompt, each placeholder between its
+#: start and end tokens; per model, its thinker's (image, video, audio) tokens and (audio start, end) ids
+OMNI_MEDIA = {"image": ["one/png0"], "video": ["video/clamp"], "audio": ["audio/clip0", "audio/clip1"]}
+OMNI = {"Qwen/Qwen2.5-Omni-7B": ({"<|IMAGE|>": 151655, "<|VIDEO|>": 151656, "<|AUDIO|>": 151646}, (151647, 151648)),
+        "Qwen/Qwen3-Omni-30B-A3B-Instruct": ({"<|image_pad|>": 151655, "<|video_pad|>": 151656,
+                                              "<|audio_pad|>": 151675}, (151669, 151670))}
+OMNI_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_omni_tensors.npz"  # made by --make-inputs
+
+
+def omni_prompt(model: str) -> list[int]:
+    """The Omni job's prompt: the image and the video between the vision markers (151652,
+    151653), each clip between the audio ones."""
+    (image, video, audio), (start, end) = OMNI[model][0].values(), OMNI[model][1]
+    return [1, 151652, image, 151653, 151652, video, 151653, 7, start, audio, end, 8, start, audio, end, 2]
 
 
 def make_inputs(path: Path) -> None:
@@ -190,6 +208,7 @@ def make_inputs(path: Path) -> None:
     arrays.update(_make_video_inputs())
     arrays.update(_make_family_inputs([bytes(arrays[f"llama4/jpeg{i}"]) for i in range(len(LLAMA4_IMAGES))]))
     arrays.update(_make_audio_inputs())
+    _make_omni_inputs(arrays)
     np.savez_compressed(path, **arrays)
     print(f"wrote {path}")
 
@@ -239,17 +258,38 @@ def _make_audio_inputs() -> dict:
     from sglang_mm_grpc.sidecar import jobs, vllm_audio
 
     clips = [audiogen.clip(**kwargs) for kwargs in ASR_CLIPS]
-    out = jobs.load_model(ASR, "torchvision").preprocess([], ASR_PROMPT, audios=clips)
-    batch = vllm_audio.audio_batch(out, "qwen3_asr")
+    asr = jobs.load_model(ASR, "torchvision")
+    batch = vllm_audio.audio_batch(asr.preprocess([], ASR_PROMPT, audios=clips), asr.family)
     masks = {f"mask{i}": m for i, m in enumerate(batch["feature_attention_mask"])}
     np.savez(ASR_TENSORS, input_audio_features=batch["input_audio_features"],
              audio_feature_lengths=batch["audio_feature_lengths"], **masks)
     prompt = vllm_audio.service_prompt("inkling", INKLING_AUDIO_PROMPT, len(clips))
-    out = jobs.load_model(INKLING, "torchvision").preprocess([], prompt, audios=clips)
-    np.savez(INKLING_AUDIO_TENSORS, **vllm_audio.audio_batch(out, "inkling"))
-    out = jobs.load_model(QWEN2_AUDIO, "torchvision").preprocess([], QWEN2_AUDIO_PROMPT, audios=clips)
-    np.savez(QWEN2_AUDIO_TENSORS, **vllm_audio.audio_batch(out, "qwen2_audio"))
+    for model, prompt, path in ((INKLING, prompt, INKLING_AUDIO_TENSORS),
+                                (QWEN2_AUDIO, QWEN2_AUDIO_PROMPT, QWEN2_AUDIO_TENSORS)):
+        pp = jobs.load_model(model, "torchvision")
+        np.savez(path, **vllm_audio.audio_batch(pp.preprocess([], prompt, audios=clips), pp.family))
     return {f"audio/clip{i}": np.frombuffer(raw, np.uint8) for i, raw in enumerate(clips)}
+
+
+def _make_omni_inputs(arrays: dict) -> None:
+    """The sidecar's tensors of the Omni job (``OMNI_MEDIA``, from the inputs), per model,
+    before the engine's cast (beside the inputs, not kept); a list (Qwen3-Omni's masks) as
+    ``key#i``."""
+    import numpy as np
+    from sglang_mm_grpc.sidecar import jobs, vllm_audio, vllm_video
+
+    media = {m: [arrays[k].tobytes() for k in keys] for m, keys in OMNI_MEDIA.items()}
+    tensors = {}
+    for model in OMNI:
+        pp = jobs.load_model(model, "torchvision")
+        out = pp.preprocess(media["image"], omni_prompt(model), videos=media["video"], audios=media["audio"])
+        batch = {"pixel_values": out.pixel_values, "image_grid_thw": out.tensors["image_grid_thw"],
+                 **vllm_video.video_batch(out, pp.family.name), **vllm_audio.audio_batch(out, pp.family)}
+        for key, value in batch.items():
+            for name, v in ([(f"{key}#{i}", x) for i, x in enumerate(value)] if isinstance(value, list) else
+                            [(key, value)]):
+                tensors[f"{model}/{name}"] = np.asarray(v)
+    np.savez(OMNI_TENSORS, **tensors)
 
 
 def _load_cases(path: Path) -> dict[str, dict]:
@@ -516,12 +556,20 @@ def _applied(processor_cls, updates, prompt: list[int], modality: str, kwargs, e
     """vLLM's prompt updates of ``modality``'s items bound (``_bind_and_group_updates``) and
     applied to ``prompt`` (``_apply_prompt_updates``): the expanded ids, each item's
     PlaceholderRange, and the items' entries."""
+    ids, ranges, items = _applied_all(processor_cls, updates, prompt, {modality: kwargs[modality]}, encoder, decoder)
+    return ids, ranges[modality], items[modality]
+
+
+def _applied_all(processor_cls, updates, prompt: list[int], kwargs, encoder, decoder) -> tuple:
+    """``_applied`` for the items of every modality in ``kwargs`` at once: the expanded ids,
+    and per modality its PlaceholderRanges and its items' entries."""
     from vllm.multimodal.processing import BaseMultiModalProcessor
 
-    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, {modality: len(kwargs[modality])})
+    counts = {modality: len(items) for modality, items in kwargs.items()}
+    bound = BaseMultiModalProcessor._bind_and_group_updates(None, updates, counts)
     ids, placeholders = object.__new__(processor_cls)._apply_prompt_updates(list(prompt), bound)
-    return ([int(t) for t in ids], [p.to_range() for p in placeholders[modality]],
-            [_item_entry(item, encoder, decoder) for item in kwargs[modality]])
+    return ([int(t) for t in ids], {m: [p.to_range() for p in placeholders[m]] for m in counts},
+            {m: [_item_entry(item, encoder, decoder) for item in kwargs[m]] for m in counts})
 
 
 def _placeholders(ranges) -> list[dict]:
@@ -529,13 +577,13 @@ def _placeholders(ranges) -> list[dict]:
             for r in ranges]
 
 
-def _check_like_vllms(ours, theirs, ours32, theirs32, features: str) -> None:
-    """The sidecar's audio items (``ours``, cast as vLLM casts) against those of vLLM's own
-    path (``theirs``): the same keys, fields, dtypes and shapes; before the cast (``*32``),
-    the ``features`` within 1e-4 and every other tensor equal."""
+def _check_like_vllms(ours, theirs, ours32, theirs32, features: str, modality: str = "audio") -> None:
+    """The sidecar's items of ``modality`` (``ours``, cast as vLLM casts) against those of
+    vLLM's own path (``theirs``): the same keys, fields, dtypes and shapes; before the cast
+    (``*32``), the ``features`` within 1e-4 and every other tensor equal."""
     import torch
 
-    for o, t, o32, t32 in zip(ours["audio"], theirs["audio"], ours32["audio"], theirs32["audio"], strict=True):
+    for o, t, o32, t32 in zip(ours[modality], theirs[modality], ours32[modality], theirs32[modality], strict=True):
         assert list(o.keys()) == list(t.keys()) and _dtypes(o) == _dtypes(t)
         for key in o:
             assert o[key].field == t[key].field and o[key].data.shape == t[key].data.shape, key
@@ -704,6 +752,137 @@ def _qwen2_audio_entry(inputs: Path, encoder, decoder) -> dict:
             "items": items, "dtypes": _dtypes(kwargs["audio"][0])}
 
 
+def _omni_processor(model: str, directory: Path, dtype: str = ENGINE_DTYPE):
+    """vLLM's multimodal processor of the Omni thinker ``model``, on a stand-in ``info``: the
+    HF processor vLLM loads (its image, video and audio processors as the Auto classes load
+    them from the checkpoint's files in ``directory``; no tokenizer, which no item reads), the
+    tokenizer's ids of its tokens, the vision config's merge size, and vLLM's own
+    ``InputProcessingContext.call_hf_processor`` for an engine in ``dtype``."""
+    import torch
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoVideoProcessor
+    from transformers.models.qwen2_5_omni import Qwen2_5OmniProcessor
+    from transformers.models.qwen3_omni_moe import Qwen3OmniMoeProcessor
+    from vllm.model_executor.models import qwen2_5_omni_thinker as q25, qwen3_omni_moe_thinker as q3
+    from vllm.multimodal.processing.context import InputProcessingContext
+
+    qwen3 = "Qwen3" in model
+    hf_cls = Qwen3OmniMoeProcessor if qwen3 else Qwen2_5OmniProcessor
+    hf = hf_cls.__new__(hf_cls)
+    hf.image_processor = AutoImageProcessor.from_pretrained(directory)
+    hf.video_processor = AutoVideoProcessor.from_pretrained(directory)
+    hf.feature_extractor = AutoFeatureExtractor.from_pretrained(directory)
+    tokens = OMNI[model][0]
+    (hf.image_token, hf.video_token, hf.audio_token), hf.chat_template = tokens, None
+    mm_config = SimpleNamespace(mm_tensor_ipc="direct_rpc", merge_mm_processor_kwargs=lambda kwargs: dict(kwargs))
+
+    class Context:  # what call_hf_processor reads: the engine's dtype, no configured processor kwargs
+        model_config = SimpleNamespace(dtype=getattr(torch, dtype), get_multimodal_config=lambda: mm_config)
+        get_merged_mm_kwargs = InputProcessingContext.get_merged_mm_kwargs
+        _postprocess_output = InputProcessingContext._postprocess_output
+        call_hf_processor = InputProcessingContext.call_hf_processor
+
+    info = object.__new__(q3.Qwen3OmniMoeThinkerProcessingInfo if qwen3 else q25.Qwen2_5OmniThinkerProcessingInfo)
+    info.ctx, info.get_hf_processor = Context(), lambda **_: hf
+    info.get_tokenizer = lambda: SimpleNamespace(get_vocab=lambda: dict(tokens))
+    info.get_hf_config = lambda: SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=SPATIAL_MERGE_SIZE))
+    proc = object.__new__(q3.Qwen3OmniMoeThinkerMultiModalProcessor if qwen3 else
+                          q25.Qwen2_5OmniThinkerMultiModalProcessor)
+    proc.info = info
+    proc.dummy_inputs = SimpleNamespace(get_dummy_text=lambda counts: q25.Qwen2_5OmniThinkerDummyInputsBuilder
+                                        .get_dummy_text(SimpleNamespace(info=info), counts))
+    return proc
+
+
+def _omni_service(model: str, dtype: str):
+    """The sidecar's tensors of the Omni job as vLLM holds them for an engine in ``dtype``:
+    the tensors cast as ``call_hf_processor`` casts the processor's output
+    (``_processor_output``); a list (Qwen3-Omni's masks, which vLLM makes after that cast:
+    qwen3_omni_moe_thinker.py ``_postprocess_hf_mm_data``) as it is."""
+    import numpy as np
+    import torch
+    from transformers import BatchFeature
+
+    tensors, lists = {}, {}
+    with np.load(OMNI_TENSORS) as npz:
+        for name in sorted((n for n in npz.files if n.startswith(f"{model}/")), key=lambda n: (len(n), n)):
+            key, _, index = name[len(model) + 1:].partition("#")
+            value = torch.from_numpy(npz[name])
+            if index:
+                lists.setdefault(key, []).append(value)
+            else:
+                tensors[key] = value
+    return BatchFeature({**_processor_output(BatchFeature(tensors), dtype), **lists})
+
+
+def _omni_entry(model: str, inputs: Path, encoder, decoder) -> dict:
+    """An Omni thinker's job (an image, a video and two clips in one prompt) as vLLM 0.33.0
+    makes it (model_executor/models/qwen2_5_omni_thinker.py, qwen3_omni_moe_thinker.py): the
+    media loaded by vLLM's media IO (the video by the loader vLLM picks for the checkpoint)
+    and parsed by the thinker's parser, keyed by vLLM's hasher; the items built with the
+    thinker's field factory and ``from_hf_inputs`` from the sidecar's tensors (``_omni_service``),
+    checked against those of vLLM's own path, the thinker's processor run on the parsed media
+    (``_apply_hf_processor_main``: its HF call, cast and post-processing), for a bfloat16 and
+    a float32 engine: the same keys, fields, dtypes and shapes, every float32 tensor equal but
+    the audio features (within 1e-4); the prompt and ranges from its ``_get_prompt_updates``."""
+    import numpy as np
+    from vllm.model_executor.models import qwen2_5_omni_thinker as q25, qwen3_omni_moe_thinker as q3
+    from vllm.multimodal.inputs import MultiModalKwargsItems
+    from vllm.transformers_utils.processor import get_video_processor_cls_name_from_config
+    from vllm.multimodal.video import get_video_loader_backend_for_processor
+
+    with tempfile.TemporaryDirectory() as root:
+        directory = _preset_dir(model, Path(root))
+        loader = get_video_loader_backend_for_processor(get_video_processor_cls_name_from_config(str(directory)))
+        procs = {dtype: _omni_processor(model, directory, dtype) for dtype in (ENGINE_DTYPE, "float32")}
+    with np.load(inputs) as npz:
+        media = {m: [npz[k].tobytes() for k in keys] for m, keys in OMNI_MEDIA.items()}
+    items = _omni_parsed(media, loader)
+    factory = q25.create_qwen2_5_omni_thinker_field_factory(SPATIAL_MERGE_SIZE)
+    ours = {d: MultiModalKwargsItems.from_hf_inputs(b, factory(b)) for d in procs for b in [_omni_service(model, d)]}
+    theirs = {d: MultiModalKwargsItems.from_hf_inputs(b, factory(b))
+              for d, proc in procs.items() for b in [type(proc)._apply_hf_processor_main(proc, items, {})]}
+    for modality, features in (("image", ""), ("video", ""), ("audio", "input_audio_features")):
+        _check_like_vllms(ours[ENGINE_DTYPE], theirs[ENGINE_DTYPE], ours["float32"], theirs["float32"], features,
+                          modality)
+    proc = procs[ENGINE_DTYPE]
+    updates = type(proc)._get_prompt_updates(proc, items, {}, ours[ENGINE_DTYPE])
+    ids, ranges, entries = _applied_all(type(proc), updates, omni_prompt(model), ours[ENGINE_DTYPE], encoder, decoder)
+    model_cls = (q3.Qwen3OmniMoeThinkerForConditionalGeneration if "Qwen3" in model else
+                 q25.Qwen2_5OmniThinkerForConditionalGeneration)
+    print(f"omni {model}: loader {loader}, items {({m: [e['bytes'] for e in v] for m, v in entries.items()})} bytes, "
+          f"ranges {({m: [(r.offset, r.length) for r in v] for m, v in ranges.items()})}, like vLLM's own path")
+    return {"family": "qwen3_omni" if "Qwen3" in model else "qwen2_5_omni", "model": model, "media": OMNI_MEDIA,
+            "video_loader": loader, "device_normalize": model_cls.supports_mm_device_do_normalize,
+            "like_vllms_own_path": True, "prompt": omni_prompt(model), "prompt_token_ids": ids,
+            "placeholders": {m: _placeholders(r) for m, r in ranges.items()},
+            "hashes": _omni_hashes(model, items), "items": entries,
+            "dtypes": {m: _dtypes(v[0]) for m, v in ours[ENGINE_DTYPE].items()}}
+
+
+def _omni_parsed(media: dict, loader: str):
+    """The Omni job's media as vLLM's connector loads them and the thinker's parser
+    (``Qwen2_5OmniThinkerMultiModalDataParser``, Qwen3-Omni's too: 16 kHz mono) parses them."""
+    from vllm.model_executor.models.qwen2_5_omni_thinker import Qwen2_5OmniThinkerMultiModalDataParser
+    from vllm.multimodal.media.audio import AudioMediaIO
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.media.video import VideoMediaIO
+
+    parser = Qwen2_5OmniThinkerMultiModalDataParser(SPATIAL_MERGE_SIZE, target_sr=16000, target_channels=1)
+    return parser.parse_mm_data({
+        "image": [ImageMediaIO().load_bytes(raw) for raw in media["image"]],
+        "video": [VideoMediaIO(ImageMediaIO(), video_backend=loader).load_bytes(raw) for raw in media["video"]],
+        "audio": [AudioMediaIO().load_bytes(raw) for raw in media["audio"]]})
+
+
+def _omni_hashes(model: str, items) -> dict[str, list[str]]:
+    """vLLM's key of each parsed item (``get_item_for_hash``: the image's MediaWithBytes, the
+    video's with the loader's metadata, the clip's waveform)."""
+    from vllm.multimodal.hasher import MultiModalHasher
+
+    return {m: [MultiModalHasher.hash_kwargs("blake3", model_id=model, **{m: items[m].get_item_for_hash(i)})
+                for i in range(len(items[m]))] for m in OMNI_MEDIA}
+
+
 def _refused_entries(inputs: Path) -> list[dict]:
     """For each refused family whose HF processor the service reproduces in its PIL class:
     the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
@@ -835,6 +1014,7 @@ def main() -> None:
     families = [_inkling_entry(args.inputs, encoder, decoder), _qwen3_asr_entry(args.inputs, encoder, decoder),
                 _inkling_audio_entry(args.inputs, encoder, decoder), _qwen2_audio_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
+    omni = [_omni_entry(model, args.inputs, encoder, decoder) for model in OMNI]
 
     manifest = {
         "generator": "scripts/gen_vllm_fixtures.py",
@@ -855,6 +1035,7 @@ def main() -> None:
         "videos": videos,
         "families": families,
         "refused": refused,
+        "omni": omni,
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")

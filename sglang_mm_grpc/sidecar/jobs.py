@@ -150,14 +150,14 @@ class JobRunner:
                                      for im in out.images]
             kwargs["image"] = [vllm_items.encode_item(item) for item in items]
         if videos:
-            items = vllm_items.split_items(vllm_items.cast_floats(vllm_video.video_batch(out), dtype),
+            items = vllm_items.split_items(vllm_items.cast_floats(vllm_video.video_batch(out, family), dtype),
                                            vllm_video.VIDEO_FIELDS[family](out))
             hashes["video"] = [self._video_hash(raw, v, i) for i, (raw, v) in enumerate(zip(videos, out.videos))]
             placeholders["video"] = [_placeholder(v.structural_range, v.patch_ranges) for v in out.videos]
             kwargs["video"] = [vllm_items.encode_item(item) for item in items]
         if audios:
-            items = vllm_items.split_items(vllm_items.cast_floats(vllm_audio.audio_batch(out, family), dtype),
-                                           vllm_audio.AUDIO_FIELDS[family](out))
+            batch = vllm_items.cast_floats(vllm_audio.audio_batch(out, self.model.family), dtype)
+            items = vllm_items.split_items(batch, vllm_audio.AUDIO_FIELDS[family](out))
             hashes["audio"] = [vllm_hashes.audio_hash(wave, self.engine.fingerprint.model) for wave in out.audio_waves]
             placeholders["audio"] = [_placeholder(vllm_audio.vllm_span(family, a.structural_range), a.patch_ranges)
                                      for a in out.audios]

@@ -20,6 +20,18 @@ Qwen2-Audio (``qwen2_audio.py``): the processor on the request's clips with
 ``feature_attention_mask``, both batched (``_qwen2audio_field_config``): the family's own
 tensors; ``<|AUDIO|>`` becomes ``[audio_token_id] * n``.
 
+The Omni thinkers (``qwen2_5_omni_thinker.py``, ``qwen3_omni_moe_thinker.py``): the
+processor on the request's clips together (with its images and videos, which it processes
+apart), its features cast, then ``_postprocess_hf_mm_data`` keeps each clip's masked frames
+joined (``input_audio_features``, flat along dim 1) and ``feature_attention_mask.sum(-1)``
+as int64 ``audio_feature_lengths``. Qwen2.5-Omni's mask is the extractor's int32 one over its
+300 s buffer (``padding="max_length"``); Qwen3-Omni first pads each clip to a multiple of the
+hop, the extractor pads the clips to the longest (``padding=True``: a shorter clip's
+features computed again here as in that batch, ``_clip_features``), and vLLM replaces the
+mask with float32 ``torch.ones(frames)`` per clip, made after the cast. ``<|AUDIO|>`` /
+``<|audio_pad|>`` becomes ``[audio_token_id] * n`` (``_get_prompt_updates``, no
+``use_audio_in_video``: the gateway sends it false and jobs carry no processor kwargs).
+
 Inkling (``vllm/models/inkling/common/mm_preprocess.py``): the extractor on the request's
 clips, their dMel bins (int32) cut to each clip's frames and joined
 (``input_audio_features``, ``flat_from_sizes`` by the int64 ``num_audio_tokens``): the
@@ -36,16 +48,27 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.carriers import PreprocessOutput
+from ..core.errors import Code, PreprocessError
 from ..families import Family
+from ..families.qwen import whisper_features
 from . import vllm_image, vllm_items
 
-#: What each family's audio items hold in vLLM.
-AUDIO_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {
-    "qwen3_asr": lambda out: {
+def _joined_fields(out: PreprocessOutput) -> dict[str, vllm_items.Field]:
+    """Qwen3-ASR's (``_qwen3asr_field_config``) and the Omni thinkers'
+    (qwen2_5_omni_thinker.py ``create_qwen2_5_omni_thinker_field_factory``, also
+    Qwen3-Omni's): the clips' features joined along the frames, split along dim 1."""
+    return {
         "input_audio_features": vllm_items.flat_from_sizes(out.audio_tensors["audio_feature_lengths"], dim=1),
         "feature_attention_mask": vllm_items.Batched(keep_on_cpu=True),
         "audio_feature_lengths": vllm_items.Batched(keep_on_cpu=True),
-    },
+    }
+
+
+#: What each family's audio items hold in vLLM.
+AUDIO_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {
+    "qwen3_asr": _joined_fields,
+    "qwen2_5_omni": _joined_fields,
+    "qwen3_omni": _joined_fields,
     "qwen2_audio": lambda out: {
         "input_features": vllm_items.Batched(),
         "feature_attention_mask": vllm_items.Batched(),
@@ -88,18 +111,84 @@ def vllm_span(family: str, span: tuple[int, int]) -> tuple[int, int]:
     return (offset - 1, length + 1) if family in AUDIO_MARKERS else (offset, length)
 
 
-def audio_batch(out: PreprocessOutput, family: str, chunk: int = 100) -> dict[str, Any]:
+def audio_batch(out: PreprocessOutput, family: Family) -> dict[str, Any]:
     """The clips' tensors as vLLM's processor leaves them, before any cast: Inkling's and
-    Qwen2-Audio's are the family's; Qwen3-ASR's are the service's batched ``[clips, 128, Tmax]`` features cut
-    to each clip's frames and joined, and each clip's mask as the processor pads it (to a
-    multiple of ``chunk`` frames, int32)."""
-    if family != "qwen3_asr":
+    Qwen2-Audio's are the family's; Qwen3-ASR's and the Omni thinkers' features are each
+    clip's frames joined (``_clip_features``), with each clip's mask as vLLM's processor
+    leaves it (``MASKS``) and the int64 frame counts."""
+    if family.name not in MASKS:
         return dict(out.audio_tensors)
-    feats, lengths = out.audio_tensors["input_audio_features"], out.audio_tensors["audio_feature_lengths"]
+    lengths = out.audio_tensors["audio_feature_lengths"].astype(np.int64)
+    return {"input_audio_features": np.concatenate(_clip_features(out, family), axis=1),
+            "feature_attention_mask": MASKS[family.name](family, lengths.tolist()),
+            "audio_feature_lengths": lengths}
+
+
+def _asr_masks(family: Family, lengths: list[int], chunk: int = 100) -> list[np.ndarray]:
+    """Qwen3-ASR: the processor's int32 mask of each clip alone, padded to a multiple of
+    ``chunk`` frames (``2 * n_window``)."""
     masks = []
-    for n in lengths.tolist():
+    for n in lengths:
         mask = np.zeros(-(-n // chunk) * chunk, np.int32)
         mask[:n] = 1
         masks.append(mask)
-    return {"input_audio_features": np.concatenate([feats[i, :, :n] for i, n in enumerate(lengths.tolist())], axis=1),
-            "feature_attention_mask": masks, "audio_feature_lengths": lengths.astype(np.int64)}
+    return masks
+
+
+def _buffer_mask(family: Family, lengths: list[int]) -> np.ndarray:
+    """Qwen2.5-Omni: the extractor's int32 mask (``padding="max_length"``), every clip's
+    ``n_samples`` buffer in frames wide."""
+    config = getattr(family, "config")
+    mask = np.zeros((len(lengths), -(-config.n_samples // config.audio.hop_length)), np.int32)
+    for row, n in zip(mask, lengths):
+        row[:n] = 1
+    return mask
+
+
+def _ones_masks(family: Family, lengths: list[int]) -> list[np.ndarray]:
+    """Qwen3-Omni: the masks vLLM puts in place of the extractor's, ``torch.ones(frames)``
+    per clip (qwen3_omni_moe_thinker.py ``_postprocess_hf_mm_data``): float32, made after the
+    cast to the engine's dtype, and a list, which ``vllm_items.cast_floats`` leaves as it is."""
+    return [np.ones(n, np.float32) for n in lengths]
+
+
+#: Each joined family's masks as vLLM's processor leaves them.
+MASKS: dict[str, Callable[[Family, list[int]], Any]] = {
+    "qwen3_asr": _asr_masks, "qwen2_5_omni": _buffer_mask, "qwen3_omni": _ones_masks}
+
+
+def _clip_features(out: PreprocessOutput, family: Family) -> list[np.ndarray]:
+    """Each clip's feature frames. The service computes a clip alone; vLLM's one extractor
+    call on a request's clips pads them to the longest first, so a shorter clip's last
+    frames (and the maximum its floor is taken from) read zeros where alone they read the
+    clip's reflection: Qwen3-Omni's (``padding=True``: Qwen3OmniMoeProcessor.audio_kwargs;
+    each clip zero-padded to a multiple of the hop first, qwen3_omni_moe_thinker.py
+    ``_get_hf_mm_inputs``) are computed again as in that batch. Qwen3-ASR calls the
+    extractor on each clip alone and Qwen2.5-Omni pads every clip to its ``n_samples``
+    buffer: theirs are the service's. Qwen2.5-Omni's clips over that buffer are refused
+    (``_check_buffer``)."""
+    feats = out.audio_tensors["input_audio_features"]
+    lengths = out.audio_tensors["audio_feature_lengths"].tolist()
+    clips = [feats[i, :, :n] for i, n in enumerate(lengths)]
+    _check_buffer(out, family)
+    if family.name != "qwen3_omni":
+        return clips
+    config = getattr(family, "config").audio
+    total = max(lengths) * config.hop_length  # the longest clip, padded to the hop
+    return [clip if n * config.hop_length == total else whisper_features.features(wave, config, total)[:, :n]
+            for clip, n, wave in zip(clips, lengths, out.audio_waves)]
+
+
+def _check_buffer(out: PreprocessOutput, family: Family) -> None:
+    """RESOURCE_EXHAUSTED for a Qwen2.5-Omni clip longer than the extractor's ``n_samples``:
+    vLLM calls its processor with ``truncation=False`` (vllm/multimodal/processing/processor.py
+    ``_get_hf_mm_inputs``, for the dummy text the Omni processors pass), which reaches the
+    extractor, so such a clip is not cut there, while the service cuts it to the buffer."""
+    if family.name != "qwen2_5_omni":
+        return
+    n_samples = getattr(family, "config").n_samples
+    for item, wave in enumerate(out.audio_waves):
+        if len(wave) > n_samples:
+            raise PreprocessError(Code.RESOURCE_EXHAUSTED, f"the clip has {len(wave)} samples, over the "
+                                  f"{n_samples} of Qwen2.5-Omni's extractor buffer: vLLM 0.33.0 calls it with "
+                                  "truncation=False, which this sidecar does not reproduce", item=item, kind="audio")

@@ -1,18 +1,20 @@
 """An image as a vLLM 0.33 engine takes it: the families the sidecar serves, the processing
 vLLM runs for each, the items' fields and each item's placeholder range.
 
-Served: the Qwen-VL families and Llama 4 (vLLM runs the HF processor the service
-reproduces, torchvision classes, through ``call_hf_processor``, which casts its floating
-tensors to the engine's dtype) and Inkling, whose vLLM processor
-(vllm/models/inkling/common/mm_preprocess.py ``InklingMultiModalProcessor``) departs from
-the HF one in three ways the sidecar follows: it resizes each image with Pillow (LANCZOS)
-by ``rescale_image_frac``, 2.0 where the checkpoint sets none (``_rescale_image``,
-``DEFAULT_RESCALE_IMAGE_FRAC``), before the HF image processor, called with no rescale;
-it casts ``pixel_values`` to bfloat16; and its prompt carries only the
-``<|content_image|>`` marker per image (vllm/renderers/inkling_encoding.py), which
-``_get_prompt_updates`` keeps, putting the image's ``<|unused_200054|>`` tokens after it
-(``select_token_id``: only those are embeddings). ``REFUSED`` says, with the vLLM source
-that decides it, why each other family is not served.
+Served: the Qwen-VL families, the Omni thinkers (Qwen2.5-Omni, Qwen3-Omni: Qwen-VL's
+images, normalized, since their model classes do not normalize on the device) and Llama 4
+(vLLM runs the HF processor the service reproduces, torchvision classes, through
+``call_hf_processor``, which casts its floating tensors to the engine's dtype) and
+Inkling, whose vLLM processor (vllm/models/inkling/common/mm_preprocess.py
+``InklingMultiModalProcessor``) departs from the HF one in three ways the sidecar follows:
+it resizes each image with Pillow (LANCZOS) by ``rescale_image_frac``, 2.0 where the
+checkpoint sets none (``_rescale_image``, ``DEFAULT_RESCALE_IMAGE_FRAC``), before the HF
+image processor, called with no rescale; it casts ``pixel_values`` to bfloat16; and its
+prompt carries only the ``<|content_image|>`` marker per image
+(vllm/renderers/inkling_encoding.py), which ``_get_prompt_updates`` keeps, putting the
+image's ``<|unused_200054|>`` tokens after it (``select_token_id``: only those are
+embeddings). ``REFUSED`` says, with the vLLM source that decides it, why each other family
+is not served.
 """
 
 from __future__ import annotations
@@ -26,15 +28,22 @@ from ..families import Family
 from ..families.inkling.inkling import Inkling
 from . import vllm_items
 
+#: The Qwen-VL families' image fields (vllm/model_executor/models/qwen2_vl.py
+#: ``_create_qwen2vl_field_factory``, shared by qwen2_5_vl.py and qwen3_vl.py), which the Omni
+#: thinkers' factory gives their images too (qwen2_5_omni_thinker.py
+#: ``create_qwen2_5_omni_thinker_field_factory``, also qwen3_omni_moe_thinker.py's).
+def _qwen_vl_fields(out: PreprocessOutput) -> dict[str, vllm_items.Field]:
+    return {"pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
+            "image_grid_thw": vllm_items.Batched(keep_on_cpu=True)}
+
+
 #: What each family's image items hold in vLLM (its ``_get_mm_fields_config``): the Qwen-VL
-#: families' (vllm/model_executor/models/qwen2_vl.py ``_create_qwen2vl_field_factory``, shared
-#: by qwen2_5_vl.py and qwen3_vl.py), Llama 4's (mllama4.py) and Inkling's
+#: and Omni families' (``_qwen_vl_fields``), Llama 4's (mllama4.py) and Inkling's
 #: (vllm/models/inkling/common/mm_preprocess.py).
 IMAGE_FIELDS: dict[str, Callable[[PreprocessOutput], dict[str, vllm_items.Field]]] = {
-    "qwen_vl": lambda out: {
-        "pixel_values": vllm_items.flat_from_sizes(out.tensors["image_grid_thw"].prod(-1)),
-        "image_grid_thw": vllm_items.Batched(keep_on_cpu=True),
-    },
+    "qwen_vl": _qwen_vl_fields,
+    "qwen2_5_omni": _qwen_vl_fields,
+    "qwen3_omni": _qwen_vl_fields,
     "llama4": lambda out: {
         "pixel_values": vllm_items.flat_from_sizes(out.tensors["patches_per_image"]),
         "patches_per_image": vllm_items.Batched(keep_on_cpu=True),
@@ -85,13 +94,6 @@ REFUSED = {
                        "service reproduces (its pixels differ; Phi4MultimodalForCausalLM left vLLM in 0.12.0: "
                        "registry.py _PREVIOUSLY_SUPPORTED_MODELS), and its prompt targets are the tokenizer's ids "
                        "of <|image_N|>",
-    "qwen3_omni": "vLLM 0.33.0 (model_executor/models/qwen3_omni_moe_thinker.py) processes this family's images, "
-                  "videos and audio clips in one Qwen3OmniMoeProcessor call, with fields of its own "
-                  "(qwen2_5_omni_thinker.py create_qwen2_5_omni_thinker_field_factory); no golden bytes of that "
-                  "processor's items exist yet",
-    "qwen2_5_omni": "vLLM 0.33.0 (model_executor/models/qwen2_5_omni_thinker.py) processes this family's images, "
-                    "videos and audio clips in one Qwen2_5OmniProcessor call, with fields of its own "
-                    "(create_qwen2_5_omni_thinker_field_factory); no golden bytes of that processor's items exist yet",
     "inkling2": "vLLM 0.33.0 has no model for it (model types inkling2 and inkling2_loop are not in "
                 "model_executor/models/registry.py nor vllm/models)",
 }

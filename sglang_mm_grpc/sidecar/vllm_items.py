@@ -12,8 +12,9 @@ A sidecar result carries, per media item, the one buffer vLLM's
 with the field as ``vllm/multimodal/inputs.py`` builds it for the whole batch (a flat
 field's element keeps every item's slices; a slice is encoded as (start, stop, step)). Only
 what the served families' items hold is here: tensors in batched and flat fields,
-bfloat16 tensors (held here as their bit patterns, ``BFloat16``), and lists of floats in
-batched fields (Qwen3-VL's timestamps, kept as Python floats). The same msgspec encoder
+bfloat16 tensors (held here as their bit patterns, ``BFloat16``), lists of floats in
+batched fields (Qwen3-VL's timestamps, kept as Python floats), and shared fields (the Omni
+families' ``use_audio_in_video``, one tensor every video item holds). The same msgspec encoder
 writes the same bytes. vLLM orders an item's keys as a Python ``set`` of them iterates
 (``MultiModalKwargsItems.from_hf_inputs``), which changes with the process's hash seed; the
 decoder reads any order, and here it is the field config's.
@@ -98,7 +99,23 @@ class Flat:
                         "slices": [[*lead, [start, stop, None]] for start, stop in self.bounds], "dim": self.dim}
 
 
-Field = Union[Batched, Flat]
+@dataclass(frozen=True)
+class Shared:
+    """``MultiModalFieldConfig.shared``: each of ``batch_size`` items holds the whole tensor
+    (``MultiModalSharedField.build_elems``)."""
+
+    batch_size: int
+    keep_on_cpu: bool = False
+
+    def split(self, batch: np.ndarray | BFloat16) -> list:
+        return [batch] * self.batch_size
+
+    def encoded(self) -> tuple[str, dict[str, Any]]:
+        # BaseMultiModalField's keep_on_cpu first, then MultiModalSharedField's batch_size
+        return "shared", {"keep_on_cpu": self.keep_on_cpu, "batch_size": self.batch_size}
+
+
+Field = Union[Batched, Flat, Shared]
 
 
 def flat_from_sizes(sizes: Sequence[int] | np.ndarray, keep_on_cpu: bool = False, dim: int = 0) -> Flat:

@@ -142,11 +142,11 @@ def _sidecar(work: Path, url: str, fingerprint: Path, root: Path, *extra: str, e
                  str(root), *extra], work / f"sidecar-{uuid.uuid4().hex[:6]}.log", env=env)
 
 
-def _processor(url: str, timeout_ms: int = 60_000) -> RedisMediaProcessor:
+def _processor(url: str, timeout_ms: int = 60_000, fingerprint: Fingerprint = FINGERPRINT) -> RedisMediaProcessor:
     """The worker's processor; its engine is read only for the per-prompt item limits."""
     mm_config = SimpleNamespace(get_limit_per_prompt=lambda modality: 3)
     engine = SimpleNamespace(model_config=SimpleNamespace(get_multimodal_config=lambda: mm_config))
-    return RedisMediaProcessor(engine, FINGERPRINT, redis_url=url, timeout_ms=timeout_ms)
+    return RedisMediaProcessor(engine, fingerprint, redis_url=url, timeout_ms=timeout_ms)
 
 
 def _job(urls: list[str], ids: list[int] | None = None, *, modality: str | list[str] = "image",
@@ -161,10 +161,11 @@ def _job(urls: list[str], ids: list[int] | None = None, *, modality: str | list[
                deadline_ms=now + int(deadline_s * 1000))
 
 
-def _submit(stack, job: Job):
-    """The worker's _submit_and_wait: the result, or the error the worker raises."""
+def _submit(stack, job: Job, fingerprint: Fingerprint = FINGERPRINT):
+    """The worker's _submit_and_wait (a worker of ``fingerprint``): the result, or the error
+    the worker raises."""
     async def run():
-        proc = _processor(stack.redis.url)
+        proc = _processor(stack.redis.url, fingerprint=fingerprint)
         try:
             return await proc._submit_and_wait(job)
         finally:
@@ -454,18 +455,22 @@ def test_llama4_images_carry_bfloat16_pixels_and_is_embed(stack, media, tmp_path
 INKLING = "thinkingmachines/Inkling"
 
 
-def _assert_vllms(result, entry: dict, modality: str) -> None:
+def _assert_vllms(result, entry: dict, modality: str | None = None) -> None:
     """``result`` holds what vLLM 0.33.0 computed for the fixtures' job (MANIFEST.json
-    "families"): its ids, ranges, keys and item bytes (in vLLM's run's key order)."""
+    "families": of ``modality``; "omni": per modality): its ids, ranges, keys and item bytes
+    (in vLLM's run's key order)."""
     assert result.ok, result.message
     assert result.prompt_token_ids == entry["prompt_token_ids"]
-    assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
-            for p in result.mm_placeholders[modality]] == entry["placeholders"]
-    assert result.mm_hashes == {modality: entry["hashes"]}
-    for raw, want in zip(result.mm_kwargs[modality], entry["items"], strict=True):
-        item = msgspec.msgpack.decode(raw)
-        raw = msgspec.msgpack.encode({key: item[key] for key in want["keys"]})
-        assert hashlib.sha256(raw).hexdigest() == want["sha256"]
+    wanted = {modality: entry} if modality else {
+        m: {k: entry[k][m] for k in ("placeholders", "hashes", "items")} for m in entry["items"]}
+    assert result.mm_hashes == {m: want["hashes"] for m, want in wanted.items()}
+    for m, want in wanted.items():
+        assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+                for p in result.mm_placeholders[m]] == want["placeholders"]
+        for raw, item_want in zip(result.mm_kwargs[m], want["items"], strict=True):
+            item = msgspec.msgpack.decode(raw)
+            raw = msgspec.msgpack.encode({key: item[key] for key in item_want["keys"]})
+            assert hashlib.sha256(raw).hexdigest() == item_want["sha256"]
 
 
 def test_inkling_results_are_vllms_own(stack, media, tmp_path):
@@ -599,3 +604,41 @@ def test_qwen3_asr_clips_are_vllms_own_and_the_services(stack, media, tmp_path):
     bits = np.frombuffer(ext.data, np.uint16).reshape(shape)
     assert dtype == "bfloat16"
     assert np.array_equal(bits, vllm_items.BFloat16.of(out.audio_tensors["input_audio_features"][0]).bits)
+
+
+def test_omni_jobs_through_the_worker_are_vllms_own(stack, media, tmp_path):
+    """A sidecar for each Omni thinker on the module's Redis, both started at once. The
+    fixtures' job (the PNG by data URL, the clamped clip over HTTP, the MP3 by file path and
+    the WAV over HTTP, in one prompt), submitted by the worker's own ``_submit_and_wait``, is
+    answered with what vLLM 0.33.0 computed for it (fixtures/MANIFEST.json "omni"): per
+    modality, the ids, ranges, keys and item bytes (float pixels in bfloat16; Qwen3-Omni's
+    shorter clip's features as vLLM's one extractor call on both clips gives them)."""
+    entries = json.loads((FIXTURES / "MANIFEST.json").read_text())["omni"]
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        png = npz[entries[0]["media"]["image"][0]].tobytes()
+        clips = [npz[key].tobytes() for key in entries[0]["media"]["audio"]]
+    (media.root / "omni0.mp3").write_bytes(clips[0])
+    (media.root / "omni1.wav").write_bytes(clips[1])
+    urls = [f"data:image/png;base64,{base64.b64encode(png).decode()}", f"{media.http}/clamp.mp4",
+            f"file://{media.root / 'omni0.mp3'}", f"{media.http}/omni1.wav"]
+    running = []
+    try:
+        for entry in entries:
+            fingerprint = msgspec.structs.replace(FINGERPRINT, model=entry["model"])
+            fp = tmp_path / f"{entry['family']}.json"
+            fp.write_text(json.dumps(fingerprint.to_hello()))
+            running.append((entry, fingerprint, Proc(
+                [sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", entry["model"], "--fingerprint",
+                 str(fp), "--redis-url", stack.redis.url, "--allow-private-media-hosts", "--allowed-local-media-path",
+                 str(media.root)], tmp_path / f"{entry['family']}.log")))
+        results = []
+        for entry, fingerprint, sidecar in running:
+            hello = Keys.for_namespace(resolve_namespace(fingerprint, None)).hello
+            assert wait_until(lambda: stack.client.exists(hello) or not sidecar.alive(), 300), sidecar.log_text()
+            job = _job(urls, entry["prompt"], modality=["image", "video", "audio", "audio"], fingerprint=fingerprint)
+            results.append((entry, _submit(stack, job, fingerprint)))
+    finally:
+        for _, _, sidecar in running:
+            sidecar.stop()
+    for entry, result in results:
+        _assert_vllms(result, entry)

@@ -11,10 +11,11 @@ The hashes are vLLM's ``MultiModalHasher.hash_kwargs`` of each PNG as ``ImageMed
 loads it, under several hash factors. Videos: per clip and Qwen model, what vLLM's video
 loader samples (indices, metadata, its OpenCV-decoded RGB frames by sha256), vLLM's key of
 the loaded video, and the sha256 of vLLM's bytes of the item (MANIFEST.json "videos"). The
-other served families (MANIFEST.json "families": Inkling images and clips, Qwen3-ASR clips): vLLM's item bytes by sha256, the
-expanded prompt and PlaceholderRanges vLLM's own prompt-update code gives, and vLLM's keys;
-the refused ones: what vLLM's processor does that the service does not (MANIFEST.json
-"refused", vllm_image.REFUSED).
+other served families (MANIFEST.json "families": Inkling images and clips, Qwen3-ASR and
+Qwen2-Audio clips; "omni": an image, a video and two clips in one Qwen2.5-Omni or Qwen3-Omni
+prompt): vLLM's item bytes by sha256, the expanded prompt and PlaceholderRanges vLLM's own
+prompt-update code gives, and vLLM's keys; the refused ones: what vLLM's processor does that
+the service does not (MANIFEST.json "refused", vllm_image.REFUSED).
 """
 
 from __future__ import annotations
@@ -273,16 +274,18 @@ def test_hf_sampling_refuses_the_index_vllms_loader_clamps():
 FAMILIES = MANIFEST["families"]
 
 
-def _run_job(model: str, prompt: list[int], images: list[bytes], modality: str = "image"):
-    """The sidecar's result for a job of ``images`` (its fetched bytes, of ``modality``) and ``prompt``."""
+def _run_job(model: str, prompt: list[int], images: list[bytes], modality: str | list[str] = "image"):
+    """The sidecar's result for a job of ``images`` (its fetched bytes, of ``modality``: every
+    item's, or each item's in order) and ``prompt``."""
     from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Fingerprint, Job, JobItem
 
     fingerprint = Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
                               media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt="{}")
     pp = jobs.load_model(model, "torchvision")
     runner = jobs.JobRunner(pp, None, jobs.engine_for(pp, fingerprint, "data"), None)
+    modalities = [modality] * len(images) if isinstance(modality, str) else modality
     job = Job(v=SCHEMA_VERSION, job_id="j", request_id="r", fingerprint=fingerprint, prompt_token_ids=prompt,
-              prompt=None, items=[JobItem(modality=modality, url="data:") for _ in images], enqueued_ms=0,
+              prompt=None, items=[JobItem(modality=m, url="data:") for m in modalities], enqueued_ms=0,
               deadline_ms=0)
     return runner._processed(job, images)
 
@@ -357,6 +360,82 @@ def test_a_prompt_holding_inklings_image_token_is_refused():
         vllm_image.service_prompt("inkling", [1, 200005, 200054, 2], 1)
     assert vllm_image.service_prompt("inkling", [1, 200005, 2, 200005], 1) == [1, 200005, 200054, 2, 200005]
     assert vllm_image.service_prompt("qwen_vl", [1, 151655, 2], 1) == [1, 151655, 2]
+
+
+OMNI = MANIFEST["omni"]
+
+
+def _omni_media(entry: dict) -> tuple[list[str], list[bytes]]:
+    """The fixture's Omni job: its items' modalities and bytes, in prompt order."""
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        items = [(m, npz[key].tobytes()) for m, keys in entry["media"].items() for key in keys]
+    return [m for m, _ in items], [raw for _, raw in items]
+
+
+@pytest.mark.parametrize("entry", OMNI, ids=lambda e: e["model"])
+def test_omni_results_are_vllms(entry):
+    """An image, a video and two clips in one Omni prompt: the sidecar's expanded ids, each
+    item's PlaceholderRange and key, and the sha256 of each item's bytes, per modality, as
+    vLLM 0.33.0 gives them (its items checked against its own processor's path by the fixture
+    script: the same keys, fields, dtypes and shapes, equal pixels and masks)."""
+    pytest.importorskip("av")
+    assert entry["like_vllms_own_path"] and entry["video_loader"] == "qwen2_vl"
+    modalities, media = _omni_media(entry)
+    result = _run_job(entry["model"], entry["prompt"], media, modalities)
+    assert result.prompt_token_ids == entry["prompt_token_ids"]
+    assert result.mm_hashes == entry["hashes"]
+    for modality, items in entry["items"].items():
+        assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+                for p in result.mm_placeholders[modality]] == entry["placeholders"][modality]
+        for raw, want in zip(result.mm_kwargs[modality], items, strict=True):
+            raw = _in_order(raw, want["keys"])
+            assert (len(raw), hashlib.sha256(raw).hexdigest()) == (want["bytes"], want["sha256"])
+
+
+@pytest.mark.parametrize("entry", OMNI, ids=lambda e: e["model"])
+def test_omni_items_hold_what_vllm_makes_of_them(entry):
+    """vLLM's Omni models normalize nothing on the device (float pixels, cast to the engine's
+    bfloat16; ``--mm-device-do-normalize`` refused); a video item shares the bool
+    ``use_audio_in_video`` (False); the clips' masks are Qwen2.5-Omni's int32 300 s buffer
+    and Qwen3-Omni's float32 ones, made after vLLM's cast."""
+    from smg_grpc_servicer.mm_sidecar_protocol import Fingerprint
+
+    assert entry["device_normalize"] is False
+    float_keys = {"pixel_values", "pixel_values_videos", "input_audio_features", "second_per_grid_ts"}
+    assert {k for d in entry["dtypes"].values() for k, v in d.items() if v == "bfloat16"} == float_keys
+    assert entry["dtypes"]["video"]["use_audio_in_video"] == "bool"
+    qwen3 = entry["family"] == "qwen3_omni"
+    assert entry["dtypes"]["audio"]["feature_attention_mask"] == ("float32" if qwen3 else "int32")
+    pp = jobs.load_model(entry["model"], "torchvision")
+    fingerprint = Fingerprint(model=entry["model"], vllm_version="0.33.0", dtype=DTYPE, video_backend="opencv",
+                              media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt="{}")
+    assert not jobs.engine_for(pp, fingerprint, "data").raw
+    with pytest.raises(ValueError, match="does not normalize pixels on the device"):
+        jobs.engine_for(pp, fingerprint, "data", device_normalize=True)
+    modalities, media = _omni_media(entry)
+    result = _run_job(entry["model"], entry["prompt"], media, modalities)
+    video = msgspec.msgpack.decode(result.mm_kwargs["video"][0])
+    assert video["use_audio_in_video"]["field"] == ["shared", {"keep_on_cpu": True, "batch_size": 1}]
+    shared = video["use_audio_in_video"]["data"]
+    assert shared[:2] == ["bool", []] and bytes(shared[2].data) == b"\0"
+    masks = [msgspec.msgpack.decode(raw)["feature_attention_mask"]["data"][:2] for raw in result.mm_kwargs["audio"]]
+    assert masks == ([["float32", [110]], ["float32", [30]]] if qwen3 else [["int32", [30000]]] * 2)
+
+
+def test_a_qwen2_5_omni_clip_over_its_buffer_is_refused():
+    """vLLM calls Qwen2.5-Omni's extractor with truncation=False, so a clip over its 300 s
+    buffer is not cut there as the service cuts it: refused (limit_exceeded)."""
+    from types import SimpleNamespace
+
+    from sglang_mm_grpc.core.errors import Code, PreprocessError
+
+    family = jobs.load_model("Qwen/Qwen2.5-Omni-7B", "torchvision").family
+    out = SimpleNamespace(audio_tensors={"input_audio_features": np.zeros((1, 128, 1), np.float32),
+                                         "audio_feature_lengths": np.array([1])},
+                          audio_waves=[np.zeros(4_800_001, np.float32)])
+    with pytest.raises(PreprocessError, match="over the 4800000 of Qwen2.5-Omni's extractor buffer") as e:
+        vllm_audio.audio_batch(out, family)
+    assert e.value.code is Code.RESOURCE_EXHAUSTED and jobs._process_code(e.value) == "limit_exceeded"
 
 
 def test_bfloat16_rounds_as_torch_does():
