@@ -148,11 +148,14 @@ def test_a_restart_removes_only_its_previous_instances_segments(tmp_path):
     try:
         # the first instance "dies" without closing; a new one with its owner id starts
         second = shm.ShmArena(owner, budget_bytes=MiB, pool_segments=0)
-        assert second.remove_previous() == 2
+        # 2, and those of any instance whose process is gone (a test running beside this
+        # one may have just killed a server)
+        removed = second.remove_previous()
+        assert removed >= 2
         assert not any(os.path.exists(f"/dev/shm/{s.name}") for s in left)
         assert os.path.lexists(link) and target.read_bytes() == b"x"
-        assert os.path.exists(f"/dev/shm/{kept.name}")  # another owner's
-        assert second.stats()["removed"] == {"startup": 2}
+        assert os.path.exists(f"/dev/shm/{kept.name}")  # another live owner's
+        assert second.stats()["removed"] == {"startup": removed}
     finally:
         os.unlink(link)
         other.close()
