@@ -66,6 +66,17 @@ records, for the families the sidecar refuses because vLLM loads a torchvision i
 processor class where the service reproduces the PIL one, that class and how far its pixels
 are from the service's (``_refused_entries``).
 
+Engines started with processor kwargs
+-------------------------------------
+"engine_kwargs" holds, for each Qwen-VL engine of ``KWARGS_ENGINES`` (``--mm-processor-kwargs``
+min_pixels / max_pixels), what vLLM's own processor makes of a job: the processor built by
+vLLM's registry for that engine (``_vllm_apply``; the checkpoint from the preset with a toy
+tokenizer holding the real Qwen special-token ids, ``_vllm_checkpoint``: no GPU, no weights)
+and its ``apply`` run on the media as vLLM's connector loads them. It keeps the expanded ids,
+ranges, keys, grids and the sha256 of each item's bytes, and the keys and grids of the same
+job for an engine without kwargs (equal keys, other grids). "engine_kwargs_refused" keeps what
+vLLM makes of the kwargs the sidecar refuses (bounds that cross; a null bound).
+
 Key order caveat
 ----------------
 ``from_hf_inputs`` collects the keys of a modality in a ``set[str]``, so the
@@ -167,6 +178,30 @@ OMNI = {"Qwen/Qwen2.5-Omni-7B": ({"<|IMAGE|>": 151655, "<|VIDEO|>": 151656, "<|A
         "Qwen/Qwen3-Omni-30B-A3B-Instruct": ({"<|image_pad|>": 151655, "<|video_pad|>": 151656,
                                               "<|audio_pad|>": 151675}, (151669, 151670))}
 OMNI_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_omni_tensors.npz"  # made by --make-inputs
+
+
+#: engines started with ``--mm-processor-kwargs`` (vLLM 0.33: the flat kwargs reach the image and the
+#: video processor, vllm/multimodal/processing/context.py:376-400): model, kwargs, and the job's media
+#: from the inputs (each image's, then each video's, placeholder between the vision markers). The
+#: first changes the PNG's grid (min) and the large JPEG's (max); the second is max only.
+KWARGS_ENGINES = [
+    ("Qwen/Qwen2-VL-7B-Instruct", {"min_pixels": 12544, "max_pixels": 50176},
+     {"image": ["one/png0", "llama4/jpeg1"], "video": ["video/clamp"]}),
+    ("Qwen/Qwen2-VL-7B-Instruct", {"max_pixels": 12544}, {"image": ["one/png0", "llama4/jpeg0"]}),
+    ("Qwen/Qwen2.5-VL-7B-Instruct", {"min_pixels": 12544, "max_pixels": 50176},
+     {"image": ["llama4/jpeg0"], "video": ["video/clamp"]}),
+    ("Qwen/Qwen3-VL-8B-Instruct", {"min_pixels": 4096, "max_pixels": 50176}, {"image": ["one/png0", "llama4/jpeg1"]}),
+]
+#: what vLLM does with kwargs the sidecar refuses: bounds that cross (Qwen3-VL's image min_pixels
+#: 65536 above max_pixels 50176: HF's smart_resize scales past max) and a null bound
+KWARGS_REFUSED = [("Qwen/Qwen3-VL-8B-Instruct", {"max_pixels": 50176}, "one/png0"),
+                  ("Qwen/Qwen2-VL-7B-Instruct", {"max_pixels": 12544, "min_pixels": None}, "one/png0")]
+#: the architectures vLLM's registry resolves the Qwen-VL presets' model types to
+ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+                 "qwen3_vl": "Qwen3VLForConditionalGeneration"}
+#: the Qwen tokenizer's special tokens (their real ids) the toy tokenizer of ``_vllm_checkpoint`` holds
+QWEN_SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|vision_start|>": 151652,
+                "<|vision_end|>": 151653, "<|image_pad|>": 151655, "<|video_pad|>": 151656}
 
 
 def omni_prompt(model: str) -> list[int]:
@@ -883,6 +918,126 @@ def _omni_hashes(model: str, items) -> dict[str, list[str]]:
                 for i in range(len(items[m]))] for m in OMNI_MEDIA}
 
 
+def kwargs_prompt(media: dict) -> list[int]:
+    """A kwargs job's prompt: each image's placeholder, then each video's, between the vision
+    markers (151652, 151653)."""
+    pads = [151655] * len(media.get("image", ())) + [151656] * len(media.get("video", ()))
+    return [1, *[t for pad in pads for t in (151652, pad, 151653)], 2]
+
+
+def _vllm_checkpoint(model: str, root: Path) -> Path:
+    """A checkpoint vLLM's ``ModelConfig`` and registry load without weights, at ``root/model``
+    (vLLM's model id, the keys', is then the hub id with ``root`` the cwd): the preset's JSON
+    files, config.json naming the architecture, and a toy tokenizer, a WordLevel vocabulary
+    holding the Qwen special tokens at their real ids (``QWEN_SPECIAL``) and a dummy word at
+    every other id: the prompts are token ids, and the processor reads only those ids of it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    preset = _preset(model)
+    directory = root / model
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"config.json": {**preset["config"], "architectures": [ARCHITECTURES[preset["config"]["model_type"]]]},
+             "preprocessor_config.json": preset["preprocessor_config"],
+             "video_preprocessor_config.json": preset.get("video_preprocessor_config"),
+             "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
+                                       "pad_token": "<|endoftext|>", "model_max_length": 131072}}
+    for name, content in files.items():
+        if content is not None:
+            (directory / name).write_text(json.dumps(content))
+    names = {i: token for token, i in QWEN_SPECIAL.items()}
+    vocab = {"[UNK]": 0, **{names.get(i, f"<d{i}>"): i for i in range(1, max(QWEN_SPECIAL.values()) + 4)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens(list(QWEN_SPECIAL))
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def _vllm_apply(model: str, kwargs: dict | None, media: dict[str, list[bytes]]):
+    """vLLM 0.33.0's own processor (``MULTIMODAL_REGISTRY.create_processor``) of an engine of
+    ``model`` in ENGINE_DTYPE started with ``--mm-processor-kwargs kwargs``, its ``apply`` run
+    on the job's media as vLLM's connector loads them (videos by the model's loader,
+    VIDEO_MODELS) and its parser parses them, in ``kwargs_prompt``, with no request kwargs
+    (the worker's jobs carry none). The cwd holds the checkpoints (``_vllm_checkpoint``)."""
+    from vllm.config import ModelConfig
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+    from vllm.multimodal.media.image import ImageMediaIO
+    from vllm.multimodal.media.video import VideoMediaIO
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+
+    _vllm_checkpoint(model, Path.cwd())
+    proc = MULTIMODAL_REGISTRY.create_processor(ModelConfig(
+        model=model, tokenizer=model, mm_processor_kwargs=kwargs, dtype=ENGINE_DTYPE, max_model_len=32768))
+    loaded = {"image": [ImageMediaIO().load_bytes(raw) for raw in media.get("image", [])],
+              "video": [VideoMediaIO(ImageMediaIO(), video_backend=VIDEO_MODELS[model][0]).load_bytes(raw)
+                        for raw in media.get("video", [])]}
+    items = proc.info.parse_mm_data({m: v for m, v in loaded.items() if v})
+    inputs = ProcessorInputs(kwargs_prompt(media), items, None, hf_processor_mm_kwargs={}, media_io_kwargs={},
+                             cache=None)
+    return proc, proc.apply(inputs, TimingContext(enabled=False))
+
+
+def _kwargs_entries(inputs: Path, encoder, decoder) -> tuple[list[dict], list[dict]]:
+    """What vLLM 0.33.0's own processor makes of each KWARGS_ENGINES job (``_kwargs_entry``)
+    and of each KWARGS_REFUSED one (``_kwargs_refused``). No Qwen3-VL video: in vLLM 0.33.0
+    with transformers 5.24, ``apply`` fails on every Qwen3-VL video, whatever the kwargs (its
+    non-video HF call keeps <|video_pad|> in the text, which transformers' ``validate_inputs``
+    refuses with no videos given)."""
+    import numpy as np
+
+    cwd = os.getcwd()
+    with np.load(inputs) as npz, tempfile.TemporaryDirectory() as root:
+        os.chdir(root)
+        try:
+            entries = [_kwargs_entry(model, kwargs, media, {m: [npz[k].tobytes() for k in keys]
+                                                            for m, keys in media.items()}, encoder, decoder)
+                       for model, kwargs, media in KWARGS_ENGINES]
+            refused = [_kwargs_refused(model, kwargs, key, npz[key].tobytes()) for model, kwargs, key in KWARGS_REFUSED]
+        finally:
+            os.chdir(cwd)
+    return entries, refused
+
+
+def _kwargs_entry(model: str, kwargs: dict, keys: dict, media: dict, encoder, decoder) -> dict:
+    """One engine's job: the expanded ids, each item's PlaceholderRange, key and grid, the
+    sha256 of its bytes; and the keys and grids of the same job for an engine without
+    kwargs: the keys equal (the engine's kwargs are no hash factor), the grids differ."""
+    _, out = _vllm_apply(model, kwargs, media)
+    _, default = _vllm_apply(model, None, media)
+    grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in out["mm_kwargs"][m]] for m in media}
+    default_grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in default["mm_kwargs"][m]] for m in media}
+    hashes = {m: list(out["mm_hashes"][m]) for m in media}
+    assert hashes == {m: list(default["mm_hashes"][m]) for m in media} and grids != default_grids
+    items = {m: [_item_entry(item, encoder, decoder) for item in out["mm_kwargs"][m]] for m in media}
+    print(f"kwargs {model} {kwargs}: grids {grids} (default engine {default_grids}), keys as the default engine's, "
+          f"items {({m: [e['bytes'] for e in v] for m, v in items.items()})} bytes")
+    return {"model": model, "mm_processor_kwargs": json.dumps(kwargs, sort_keys=True), "media": keys,
+            "prompt": kwargs_prompt(media), "prompt_token_ids": [int(t) for t in out["prompt_token_ids"]],
+            "placeholders": {m: _placeholders(out["mm_placeholders"][m]) for m in media}, "hashes": hashes,
+            "default_engine_hashes": hashes, "grids": grids, "default_engine_grids": default_grids, "items": items,
+            "dtypes": {m: _dtypes(out["mm_kwargs"][m][0]) for m in media}}
+
+
+def _kwargs_refused(model: str, kwargs: dict, key: str, raw: bytes) -> dict:
+    """What vLLM 0.33.0 makes of an image for an engine whose kwargs the sidecar refuses: the
+    grid and its pixels (bounds that cross: past max_pixels), or the error its processor
+    raises (the innermost cause)."""
+    entry = {"model": model, "mm_processor_kwargs": json.dumps(kwargs, sort_keys=True), "media": key}
+    try:
+        proc, out = _vllm_apply(model, kwargs, {"image": [raw]})
+    except Exception as e:  # noqa: BLE001 - vLLM's own failure is what is recorded
+        while e.__cause__ is not None:
+            e = e.__cause__
+        entry["error"] = f"{type(e).__name__}: {e}"
+    else:
+        grid = out["mm_kwargs"]["image"][0]["image_grid_thw"].data.tolist()
+        patch = proc.info.get_hf_config().vision_config.patch_size
+        entry.update(grid=grid, pixels=grid[1] * grid[2] * patch * patch)
+    print(f"kwargs refused {model} {kwargs}: {entry}")
+    return entry
+
+
 def _refused_entries(inputs: Path) -> list[dict]:
     """For each refused family whose HF processor the service reproduces in its PIL class:
     the image processor class transformers' AutoImageProcessor loads beside vLLM 0.33.0
@@ -1015,6 +1170,7 @@ def main() -> None:
                 _inkling_audio_entry(args.inputs, encoder, decoder), _qwen2_audio_entry(args.inputs, encoder, decoder)]
     refused = _refused_entries(args.inputs)
     omni = [_omni_entry(model, args.inputs, encoder, decoder) for model in OMNI]
+    engine_kwargs, engine_kwargs_refused = _kwargs_entries(args.inputs, encoder, decoder)
 
     manifest = {
         "generator": "scripts/gen_vllm_fixtures.py",
@@ -1036,6 +1192,8 @@ def main() -> None:
         "families": families,
         "refused": refused,
         "omni": omni,
+        "engine_kwargs": engine_kwargs,
+        "engine_kwargs_refused": engine_kwargs_refused,
     }
     (args.out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {len(files)} files + MANIFEST.json to {args.out}")

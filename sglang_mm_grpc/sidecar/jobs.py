@@ -15,8 +15,8 @@ import asyncio
 import json
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 from smg_grpc_servicer.mm_sidecar_protocol import (
@@ -31,8 +31,9 @@ from smg_grpc_servicer.mm_sidecar_protocol import (
 from smg_grpc_servicer.vllm.media_refs import parse_scheme_list, url_scheme
 
 from .. import config as model_config
-from ..core.carriers import VideoResult
+from ..core.carriers import ImageOptions, VideoOptions, VideoResult
 from ..core.errors import Code, PreprocessError
+from ..families import Family
 from ..media import MediaFetcher
 from ..media.fetch import Item
 from ..media import video as media_video
@@ -44,25 +45,46 @@ from . import vllm_audio, vllm_hashes, vllm_image, vllm_items, vllm_video
 IMAGE_FIELDS = vllm_image.IMAGE_FIELDS
 
 
+#: The engine's processor kwargs (``--mm-processor-kwargs``) the sidecar reproduces, and the
+#: families it reproduces them for. vLLM 0.33.0 merges the engine's flat kwargs with the
+#: request's (vllm/config/multimodal.py:711-735, ``merge_mm_processor_kwargs``) and routes each
+#: to every HF kwarg scope that takes it (vllm/multimodal/processing/context.py:376-400,
+#: ``get_merged_mm_kwargs``; 502-515): min_pixels and max_pixels reach both the image and the
+#: video processor, whose torchvision classes (transformers 5.24, Qwen2-VL, Qwen2.5-VL and
+#: Qwen3-VL) make them ``size.shortest_edge`` / ``size.longest_edge``
+#: (models/qwen2_vl/image_processing_qwen2_vl.py:121-141, video_processing_qwen2_vl.py:148-168;
+#: Qwen3-VL's video processor resizes by that size, video_processing_qwen3_vl.py:357); a bound
+#: not given keeps that processor's own. They are no hash factor: ``get_mm_hashes`` takes its
+#: factors from the request's kwargs only (vllm/multimodal/processing/inputs.py:34-110; the
+#: worker's jobs carry none: vllm/renderers/base.py:966-1003). Checked against vLLM's own
+#: ``apply`` (scripts/gen_vllm_fixtures.py, MANIFEST.json "engine_kwargs").
+PIXEL_KWARGS = ("min_pixels", "max_pixels")
+PIXEL_KWARGS_FAMILIES = ("qwen_vl",)
+
+
 @dataclass(frozen=True)
 class Engine:
     """What the sidecar processes for: the worker's fingerprint, whether its engine
-    normalizes pixels on the device (raw uint8 then), and the URL schemes it fetches."""
+    normalizes pixels on the device (raw uint8 then), the URL schemes it fetches, and
+    the model's family (its processors' default pixel bounds, for the engine's kwargs)."""
 
     fingerprint: Fingerprint
     raw: bool
     schemes: str
+    family: Family | None = None
+    #: each job's image and video options: the engine's pixel bounds (None: none given)
+    options: tuple[ImageOptions | None, VideoOptions | None] = field(init=False, default=(None, None))
 
     def __post_init__(self) -> None:
-        """The engine's processor and media kwargs change its pixels (and, as hash factors,
-        its cache keys); only the defaults are reproduced here. Its dtype is one vLLM runs
-        in (the floating tensors are cast to it)."""
+        """Its dtype is one vLLM runs in (the floating tensors are cast to it); its media
+        kwargs (sampling, decoders) change its videos and hashes: refused; its processor
+        kwargs: min_pixels / max_pixels for the Qwen-VL families only (``pixel_options``)."""
         vllm_items.check_engine_dtype(self.fingerprint.dtype)
-        for name in ("mm_processor_kwargs", "media_io_kwargs"):
-            value = getattr(self.fingerprint, name)
-            if json.loads(value or "{}"):
-                raise ValueError(f"the engine's {name} ({value}) change its processing; this sidecar reproduces "
-                                 f"the engine's defaults only ({name} {{}})")
+        value = self.fingerprint.media_io_kwargs
+        if json.loads(value or "{}"):
+            raise ValueError(f"the engine's media_io_kwargs ({value}) change its processing; this sidecar "
+                             "reproduces the engine's defaults only (media_io_kwargs {})")
+        object.__setattr__(self, "options", pixel_options(self.fingerprint.mm_processor_kwargs, self.family))
 
     def over_limit(self, modalities: list[str]) -> str:
         """What a job's items exceed of the engine's per-prompt limits (the fingerprint's
@@ -75,6 +97,58 @@ class Engine:
                 return (f"the job carries {count} {modality} items, above the engine's limit of {entry['count']} "
                         "(--limit-mm-per-prompt)")
         return ""
+
+
+def pixel_options(kwargs: str, family: Family | None) -> tuple[ImageOptions | None, VideoOptions | None]:
+    """Each job's image and video options for the engine's ``mm_processor_kwargs`` (the
+    fingerprint's JSON): none for {}; for a Qwen-VL family, both bounds of both processors,
+    each the engine's or that processor's own (``_bounds``). ValueError naming what is
+    refused and why: vLLM would process with kwargs the sidecar does not reproduce."""
+    given = json.loads(kwargs or "{}")
+    if not given:
+        return None, None
+    name = getattr(family, "name", None)
+    if family is None or not isinstance(given, dict) or name not in PIXEL_KWARGS_FAMILIES:
+        raise ValueError(f"the engine's mm_processor_kwargs ({kwargs}): this sidecar reproduces them only as "
+                         f"min_pixels / max_pixels for the Qwen-VL families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), not for "
+                         f"{name or 'this engine'}; start the worker without them")
+    for key, value in given.items():
+        if isinstance(value, dict):
+            raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is a scoped form: vLLM "
+                             "hands it to that one HF processor, over any flat key; this sidecar reproduces only the "
+                             f"flat {' and '.join(PIXEL_KWARGS)}, which vLLM routes to the image and video processors")
+        if key not in PIXEL_KWARGS:
+            raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is not reproduced: this "
+                             f"sidecar reproduces {' and '.join(PIXEL_KWARGS)} only (vLLM passes every key to the HF "
+                             "processor, whose pixels or tokens it may change)")
+        if value is None:
+            raise ValueError(f"the engine's mm_processor_kwargs {key!r} is null: vLLM 0.33.0 passes None to the HF "
+                             f"processor, whose strict field check refuses it ('{key}' expected int), so that engine "
+                             "fails every request with media; leave the key out for the processor's default")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is not a positive "
+                             "integer, which is all this sidecar reproduces of it")
+    (lo, hi), video = _bounds(given, family.config, "image"), family.config.video
+    if video is None:
+        return ImageOptions(min_pixels=lo, max_pixels=hi), None
+    lo_v, hi_v = _bounds(given, video, "video")
+    return ImageOptions(min_pixels=lo, max_pixels=hi), VideoOptions(min_pixels=lo_v, max_pixels=hi_v)
+
+
+def _bounds(given: dict, config: Any, modality: str) -> tuple[int, int]:
+    """The (min, max) pixels a processor resizes with: the engine's kwargs over the
+    processor's own (``config``). HF's smart_resize does not check min <= max: where they
+    cross it scales an image up past max_pixels, where the service lowers min_pixels to
+    max_pixels (families/qwen/image.py ``configured``): ValueError."""
+    lo, hi = given.get("min_pixels", config.min_pixels), given.get("max_pixels", config.max_pixels)
+    if lo > hi:
+        whose = {k: "the engine's" if k in given else f"the {modality} processor's default" for k in PIXEL_KWARGS}
+        raise ValueError(f"the engine's mm_processor_kwargs {json.dumps(given, sort_keys=True)} leave the {modality} "
+                         f"processor min_pixels {lo} ({whose['min_pixels']}) above max_pixels {hi} "
+                         f"({whose['max_pixels']}): HF's smart_resize does not check min <= max and would scale "
+                         "an image past max_pixels, which this sidecar does not reproduce; give bounds with "
+                         f"min_pixels <= max_pixels")
+    return lo, hi
 
 
 class JobRunner:
@@ -140,7 +214,9 @@ class JobRunner:
         family = self.model.family.name
         prompt = vllm_audio.service_prompt(family, vllm_image.service_prompt(family, job.prompt_token_ids,
                                                                              len(images)), len(audios))
-        out = self.model.preprocess(images, prompt, videos=videos, audios=audios, raw=self.engine.raw, use_cache=False)
+        image_options, video_options = self.engine.options
+        out = self.model.preprocess(images, prompt, videos=videos, audios=audios, raw=self.engine.raw, use_cache=False,
+                                    options=image_options, video_options=video_options)
         hashes, placeholders, kwargs = {}, {}, {}
         dtype = self.engine.fingerprint.dtype
         if images:
@@ -232,15 +308,15 @@ def engine_for(model: Preprocessor, fingerprint: Fingerprint, schemes: str,
                device_normalize: bool | None = None) -> Engine:
     """The engine ``model``'s sidecar serves: raw pixels as vLLM 0.33 decides
     (``mm_device_do_normalize``: on where the model class supports it) unless
-    ``device_normalize`` says; ValueError for a family not served or raw pixels nothing
-    would normalize."""
+    ``device_normalize`` says; ValueError for a family not served, raw pixels nothing
+    would normalize, or engine kwargs not reproduced (``Engine``)."""
     check_served(model)
     supported = model.family.device_normalization() is not None
     raw = supported if device_normalize is None else device_normalize
     if raw and not supported:
         raise ValueError(f"--mm-device-do-normalize: vLLM's model for {model.name} ({model.family.name}) does "
                          "not normalize pixels on the device, so raw pixels would never be normalized")
-    return Engine(fingerprint, raw=raw, schemes=schemes)
+    return Engine(fingerprint, raw=raw, schemes=schemes, family=model.family)
 
 
 def check_served(model: Preprocessor) -> None:

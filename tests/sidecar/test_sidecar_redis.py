@@ -350,10 +350,15 @@ def test_an_image_vllm_converts_carries_vllms_own_key(stack):
 
 def test_engine_kwargs_it_does_not_reproduce_are_refused_at_start(tmp_path):
     fp = tmp_path / "fp.json"
-    fp.write_text(json.dumps({**FINGERPRINT.to_hello(), "mm_processor_kwargs": '{"max_pixels": 1003520}'}))
-    r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
-                        "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "mm_processor_kwargs" in r.stderr and "defaults only" in r.stderr
+    for field, value, says in (
+            ("mm_processor_kwargs", '{"fps": 1}', "mm_processor_kwargs 'fps' (1) is not reproduced"),
+            ("mm_processor_kwargs", '{"min_pixels": 20000000}', "min_pixels 20000000 (the engine's) above max_pixels "
+                                                                "12845056 (the image processor's default)"),
+            ("media_io_kwargs", '{"video": {"fps": 1}}', "this sidecar reproduces the engine's defaults only")):
+        fp.write_text(json.dumps({**FINGERPRINT.to_hello(), field: value}))
+        r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
+                            "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     fp.write_text(json.dumps({"model": QWEN}))
     r = subprocess.run([sys.executable, "-m", "sglang_mm_grpc.cli", "vllm-sidecar", "--model", QWEN,
                         "--fingerprint", str(fp)], capture_output=True, text=True, timeout=60)
@@ -642,3 +647,30 @@ def test_omni_jobs_through_the_worker_are_vllms_own(stack, media, tmp_path):
             sidecar.stop()
     for entry, result in results:
         _assert_vllms(result, entry)
+
+
+def test_an_engine_with_pixel_kwargs_is_answered_as_vllm_answers_it(stack, media, tmp_path):
+    """A sidecar for a Qwen2-VL engine started with ``--mm-processor-kwargs '{"min_pixels":
+    12544, "max_pixels": 50176}'``, on the module's Redis: the fixtures' job (the PNG by data
+    URL, the large JPEG and the clamped clip over HTTP), submitted by the worker's own
+    ``_submit_and_wait``, is answered with what vLLM 0.33.0's processor made of it for that
+    engine (fixtures/MANIFEST.json "engine_kwargs": ids, ranges, keys, item bytes)."""
+    manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
+    entry = next(e for e in manifest["engine_kwargs"] if e["model"] == QWEN and "video" in e["media"])
+    with np.load(FIXTURES / "inputs.npz") as npz:
+        png, jpeg = (npz[key].tobytes() for key in entry["media"]["image"])
+    (media.root / "kwargs.jpg").write_bytes(jpeg)
+    fingerprint = msgspec.structs.replace(FINGERPRINT, mm_processor_kwargs=entry["mm_processor_kwargs"])
+    fp = tmp_path / "fp.json"
+    fp.write_text(json.dumps(fingerprint.to_hello()))
+    sidecar = _sidecar(tmp_path, stack.redis.url, fp, media.root)
+    try:
+        hello = Keys.for_namespace(resolve_namespace(fingerprint, None)).hello
+        assert wait_until(lambda: stack.client.exists(hello) or not sidecar.alive(), 120), sidecar.log_text()
+        urls = [f"data:image/png;base64,{base64.b64encode(png).decode()}", f"{media.http}/kwargs.jpg",
+                f"{media.http}/clamp.mp4"]
+        result = _submit(stack, _job(urls, entry["prompt"], modality=["image", "image", "video"],
+                                     fingerprint=fingerprint), fingerprint)
+    finally:
+        sidecar.stop()
+    _assert_vllms(result, entry)

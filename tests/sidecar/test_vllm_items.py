@@ -15,13 +15,16 @@ other served families (MANIFEST.json "families": Inkling images and clips, Qwen3
 Qwen2-Audio clips; "omni": an image, a video and two clips in one Qwen2.5-Omni or Qwen3-Omni
 prompt): vLLM's item bytes by sha256, the expanded prompt and PlaceholderRanges vLLM's own
 prompt-update code gives, and vLLM's keys; the refused ones: what vLLM's processor does that
-the service does not (MANIFEST.json "refused", vllm_image.REFUSED).
+the service does not (MANIFEST.json "refused", vllm_image.REFUSED). Engines started with
+min_pixels / max_pixels processor kwargs: what vLLM's own processor (``apply``) made of a job
+for each (MANIFEST.json "engine_kwargs"), and of the kwargs refused ("engine_kwargs_refused").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -274,13 +277,21 @@ def test_hf_sampling_refuses_the_index_vllms_loader_clamps():
 FAMILIES = MANIFEST["families"]
 
 
-def _run_job(model: str, prompt: list[int], images: list[bytes], modality: str | list[str] = "image"):
-    """The sidecar's result for a job of ``images`` (its fetched bytes, of ``modality``: every
-    item's, or each item's in order) and ``prompt``."""
-    from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Fingerprint, Job, JobItem
+def _fingerprint(model: str, mm_processor_kwargs: str = "{}", media_io_kwargs: str = "{}"):
+    from smg_grpc_servicer.mm_sidecar_protocol import Fingerprint
 
-    fingerprint = Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
-                              media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt="{}")
+    return Fingerprint(model=model, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
+                       media_io_kwargs=media_io_kwargs, mm_processor_kwargs=mm_processor_kwargs, limit_per_prompt="{}")
+
+
+def _run_job(model: str, prompt: list[int], images: list[bytes], modality: str | list[str] = "image",
+             mm_processor_kwargs: str = "{}"):
+    """The sidecar's result for a job of ``images`` (its fetched bytes, of ``modality``: every
+    item's, or each item's in order) and ``prompt``, for an engine started with
+    ``mm_processor_kwargs``."""
+    from smg_grpc_servicer.mm_sidecar_protocol import SCHEMA_VERSION, Job, JobItem
+
+    fingerprint = _fingerprint(model, mm_processor_kwargs)
     pp = jobs.load_model(model, "torchvision")
     runner = jobs.JobRunner(pp, None, jobs.engine_for(pp, fingerprint, "data"), None)
     modalities = [modality] * len(images) if isinstance(modality, str) else modality
@@ -366,7 +377,7 @@ OMNI = MANIFEST["omni"]
 
 
 def _omni_media(entry: dict) -> tuple[list[str], list[bytes]]:
-    """The fixture's Omni job: its items' modalities and bytes, in prompt order."""
+    """The fixture's Omni (or engine kwargs) job: its items' modalities and bytes, in prompt order."""
     with np.load(FIXTURES / "inputs.npz") as npz:
         items = [(m, npz[key].tobytes()) for m, keys in entry["media"].items() for key in keys]
     return [m for m, _ in items], [raw for _, raw in items]
@@ -381,7 +392,13 @@ def test_omni_results_are_vllms(entry):
     pytest.importorskip("av")
     assert entry["like_vllms_own_path"] and entry["video_loader"] == "qwen2_vl"
     modalities, media = _omni_media(entry)
-    result = _run_job(entry["model"], entry["prompt"], media, modalities)
+    _assert_per_modality(_run_job(entry["model"], entry["prompt"], media, modalities), entry)
+
+
+def _assert_per_modality(result, entry: dict) -> None:
+    """``result`` is what vLLM 0.33.0 made of the fixture's job (MANIFEST.json "omni",
+    "engine_kwargs"): its ids and keys, and per modality each item's range and the sha256 of
+    its bytes (in vLLM's run's key order)."""
     assert result.prompt_token_ids == entry["prompt_token_ids"]
     assert result.mm_hashes == entry["hashes"]
     for modality, items in entry["items"].items():
@@ -472,3 +489,88 @@ def test_refused_for_vllms_torchvision_class(entry):
     assert entry["pil_class"] == entry["image_processor"] + "Pil" and entry["pil_class_equal"]
     name = jobs.load_model(entry["model"], "torchvision").family.name
     assert entry["image_processor"].split("ImageProcessor")[0] in vllm_image.REFUSED[name]
+
+
+ENGINE_KWARGS = MANIFEST["engine_kwargs"]
+
+
+@pytest.mark.parametrize("entry", ENGINE_KWARGS, ids=lambda e: f"{e['model']}-{e['mm_processor_kwargs']}")
+def test_engine_kwargs_results_are_vllms(entry):
+    """An engine started with ``--mm-processor-kwargs`` min_pixels / max_pixels: the
+    sidecar's ids, ranges, keys and item bytes are what vLLM 0.33.0's own processor
+    (``apply``) made of the job for that engine; its grids are not the default engine's,
+    its keys are (the engine's kwargs are no hash factor)."""
+    if "video" in entry["media"]:
+        pytest.importorskip("av")
+    assert entry["hashes"] == entry["default_engine_hashes"] and entry["grids"] != entry["default_engine_grids"]
+    modalities, media = _omni_media(entry)
+    result = _run_job(entry["model"], entry["prompt"], media, modalities, entry["mm_processor_kwargs"])
+    _assert_per_modality(result, entry)
+    for modality, grids in entry["grids"].items():
+        got = [msgspec.msgpack.decode(raw)[f"{modality}_grid_thw"]["data"][2].data for raw in result.mm_kwargs[modality]]
+        assert [np.frombuffer(g, np.int64).tolist() for g in got] == grids
+
+
+def test_the_engine_kwargs_fixtures_change_each_bound_and_both_modalities():
+    """A min that raises the PNG's grid and a max that lowers the JPEG's in one job, a max
+    alone, Qwen2.5-VL's video, Qwen3-VL's images."""
+    kwargs = {(e["model"], e["mm_processor_kwargs"]): e for e in ENGINE_KWARGS}
+    both = kwargs[(QWEN, '{"max_pixels": 50176, "min_pixels": 12544}')]
+    (png, jpeg), (png0, jpeg0) = both["grids"]["image"], both["default_engine_grids"]["image"]
+    assert png[1] * png[2] > png0[1] * png0[2] and jpeg[1] * jpeg[2] < jpeg0[1] * jpeg0[2]
+    assert (QWEN, '{"max_pixels": 12544}') in kwargs
+    assert {m for e in ENGINE_KWARGS if "Qwen2.5" in e["model"] for m in e["grids"]} >= {"video"}
+    assert any("Qwen3" in e["model"] for e in ENGINE_KWARGS)
+
+
+def test_bounds_that_cross_are_refused_where_vllm_scales_past_max_pixels():
+    """Qwen3-VL's image processor keeps its min_pixels 65536 for an engine given max_pixels
+    50176 alone: vLLM's image then has more pixels than max_pixels (the fixtures), which
+    the service would not give (it lowers min_pixels to max_pixels): refused at start."""
+    (entry,) = [e for e in MANIFEST["engine_kwargs_refused"] if "grid" in e]
+    assert entry["pixels"] > json.loads(entry["mm_processor_kwargs"])["max_pixels"]
+    pp = jobs.load_model(entry["model"], "torchvision")
+    with pytest.raises(ValueError, match=r"min_pixels 65536 \(the image processor's default\) above max_pixels 50176 "
+                                         r"\(the engine's\): HF's smart_resize does not check min <= max"):
+        jobs.engine_for(pp, _fingerprint(entry["model"], entry["mm_processor_kwargs"]), "data")
+
+
+@pytest.mark.parametrize("model, kwargs, says", [
+    (QWEN, '{"fps": 1.0}', "'fps' (1.0) is not reproduced: this sidecar reproduces min_pixels and max_pixels only"),
+    (QWEN, '{"do_resize": false}', "'do_resize' (false) is not reproduced"),
+    (QWEN, '{"images_kwargs": {"max_pixels": 12544}}', "'images_kwargs' ({\"max_pixels\": 12544}) is a scoped form"),
+    (QWEN, '{"videos_kwargs": {"min_pixels": 3136}}', "'videos_kwargs' ({\"min_pixels\": 3136}) is a scoped form"),
+    (QWEN, '{"min_pixels": null}', "'min_pixels' is null: vLLM 0.33.0 passes None to the HF processor"),
+    (QWEN, '{"max_pixels": true}', "'max_pixels' (true) is not a positive integer"),
+    (QWEN, '{"max_pixels": 12544.0}', "'max_pixels' (12544.0) is not a positive integer"),
+    (QWEN, '{"min_pixels": 0}', "'min_pixels' (0) is not a positive integer"),
+    (QWEN, '{"min_pixels": 20000000}', "min_pixels 20000000 (the engine's) above max_pixels 12845056 (the image "
+                                       "processor's default)"),
+    ("Qwen/Qwen2.5-Omni-7B", '{"max_pixels": 12544}', "for the Qwen-VL families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), "
+                                                       "not for qwen2_5_omni"),
+    (LLAMA4, '{"max_pixels": 12544}', "not for llama4"),
+    ("thinkingmachines/Inkling", '{"max_pixels": 12544}', "not for inkling"),
+])
+def test_engine_kwargs_it_does_not_reproduce_are_refused(model, kwargs, says):
+    """Each with what is refused and why, when the engine is made (at the sidecar's start)."""
+    pp = jobs.load_model(model, "torchvision")
+    with pytest.raises(ValueError, match=re.escape(says)):
+        jobs.engine_for(pp, _fingerprint(model, kwargs), "data")
+
+
+def test_a_null_bound_fails_in_vllm_itself():
+    """vLLM 0.33.0 hands a null bound to the HF processor, which refuses it (the fixtures):
+    such an engine serves no image, so the sidecar refuses it rather than read null as absent."""
+    (entry,) = [e for e in MANIFEST["engine_kwargs_refused"] if "error" in e]
+    assert "null" in entry["mm_processor_kwargs"] and "expected int, got NoneType" in entry["error"]
+
+
+def test_media_io_kwargs_are_refused_and_the_pixel_bounds_reach_each_job():
+    """Non-empty media_io_kwargs (sampling, decoders) are refused; equal bounds are taken,
+    and the effective bounds of both processors are each job's options."""
+    pp = jobs.load_model("Qwen/Qwen3-VL-8B-Instruct", "torchvision")
+    with pytest.raises(ValueError, match=re.escape('media_io_kwargs ({"video": {"fps": 1}}) change its processing')):
+        jobs.engine_for(pp, _fingerprint(pp.name, media_io_kwargs='{"video": {"fps": 1}}'), "data")
+    image, video = jobs.engine_for(pp, _fingerprint(pp.name, '{"max_pixels": 65536}'), "data").options
+    assert (image.min_pixels, image.max_pixels, video.min_pixels, video.max_pixels) == (65536, 65536, 4096, 65536)
+    assert jobs.engine_for(pp, _fingerprint(pp.name), "data").options == (None, None)
