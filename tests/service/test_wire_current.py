@@ -124,9 +124,11 @@ def test_payload_reaches_the_consumer(every_preset, stubs, local, preset, backen
 
 def test_every_segment_was_read(every_preset):
     """Every segment handed out above was read by a stub (which removes it), and the server
-    saw that: nothing is left but its pre-faulted spares (never handed out)."""
+    saw that and closed it (in its background thread, just after): nothing is left but its
+    pre-faulted spares (never handed out)."""
     with Client(every_preset.target) as c:
-        info = wait_until(lambda: (i := c.server_info()).shm.read == i.shm.handed_out and i, 10) or c.server_info()
+        info = wait_until(lambda: (i := c.server_info()).shm.read == i.shm.handed_out and i.shm.segments == 0 and i,
+                          10) or c.server_info()
     assert info.shm.handed_out > 100 and info.shm.read == info.shm.handed_out
     # none removed unread but those written for payloads refused afterwards (vLLM + Pixtral sizes)
     assert set(info.shm.removed) <= {"failed"} and info.shm.segments == 0
