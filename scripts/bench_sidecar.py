@@ -9,6 +9,8 @@
   its result, as the worker does (a plain Redis client), p50 and its ratio to in-process,
   and its parts (the LPUSH; the result's queue, fetch and process times; the rest: the
   answer's push and its BRPOP);
+* the transport's floor: the result's bytes alone pushed and popped through the same Redis,
+  no job, p50;
 * throughput: ``--jobs`` such jobs queued at once, answered by 1 and then 2 sidecars (each
   ``--concurrency 2``), jobs per second.
 
@@ -134,6 +136,28 @@ class Stack:
         parts["answer"] = total - sum(v for k, v in parts.items() if k != "total")
         return parts
 
+    def result_bytes(self, jpeg: bytes) -> int:
+        """The size of one job's encoded result, as the worker reads it."""
+        from smg_grpc_servicer.mm_sidecar_protocol import encode_job
+
+        job = _job(jpeg)
+        self.client.lpush(self.keys.jobs, encode_job(job))
+        _, answer = self.client.brpop(self.keys.result(job.job_id), timeout=60)
+        return len(answer)
+
+    def result_round_trip(self, nbytes: int, repeat: int) -> float:
+        """p50 ms of an LPUSH of ``nbytes`` (a result's size, as a view, as the sidecar
+        pushes it) and the BRPOP that reads it, with no job: what the protocol's transport
+        alone costs a result, the floor under the answer's part."""
+        payload = memoryview(os.urandom(nbytes))
+        times = []
+        for _ in range(repeat + 1):
+            t0 = time.perf_counter()
+            self.client.lpush("bench:floor", payload)
+            self.client.brpop("bench:floor", timeout=60)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times[1:])
+
     def throughput(self, jobs: int, fresh) -> float:
         from smg_grpc_servicer.mm_sidecar_protocol import encode_job
 
@@ -175,6 +199,10 @@ def main(argv=None) -> int:
             print(f"one job, LPUSH to result: p50 {out['job_p50_ms']:.2f} ms ({out['job_over_inprocess']:.2f}x "
                   f"in-process); parts (p50 each, whole ms where the sidecar timed them): "
                   + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+            out["result_bytes"] = size = stack.result_bytes(next(fresh))
+            out["result_round_trip_p50_ms"] = floor = stack.result_round_trip(size, args.repeat)
+            print(f"the result's {size / 1e6:.2f} MB alone, LPUSH then BRPOP, no job: p50 {floor:.2f} ms "
+                  f"({floor / inproc:.2f}x the in-process time; 1.5x leaves {inproc / 2:.2f} ms for all but the pixels)")
             for n in (1, 2):
                 if len(stack.sidecars) < n:
                     stack.add_sidecar()
