@@ -9,6 +9,7 @@ INTERNAL, and a restarted Redis serves again.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -16,10 +17,12 @@ import pytest
 
 import imagegen
 from redis_server import Redis, redis
-from servers import Server, wait_serving, wait_until
+from servers import Server, run_cli, wait_serving, wait_until
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+from sglang_mm_grpc.cli.remote import _media_redis_problem
 from sglang_mm_grpc.client import Client, media_item, missing_media
 from sglang_mm_grpc.core.hashing import content_hash
+from sglang_mm_grpc.server.app import ServerConfig
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 NAMESPACE = "tests"
@@ -122,6 +125,30 @@ def test_bytes_changed_in_redis_are_not_found_and_counted(stack):
     assert by_id(b, "alice", fish_hash).images[0].hash == fish_hash
 
 
+# Keeps Redis busy (every other client waits) for ARGV[1] seconds.
+BUSY = """local t0 = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1] - t0[1]) + (t[2] - t0[2]) / 1e6 > tonumber(ARGV[1])
+return 1"""
+
+
+def test_a_slow_redis_costs_a_short_timeout(stack):
+    a, b, _, store = stack
+    lamb = imagegen.jpeg(100, 90, seed=69)
+    lamb_hash = send(a, "alice", lamb)
+    busy = threading.Thread(target=lambda: redis.Redis(port=store.port).eval(BUSY, 0, 1.5))
+    before = media(b).remote_errors
+    busy.start()
+    try:
+        time.sleep(0.2)  # the script runs
+        t0 = time.monotonic()
+        not_found(b, "alice", lamb_hash)
+        assert time.monotonic() - t0 < 1.0
+        assert media(b).remote_errors == before + 1
+    finally:
+        busy.join()
+    assert wait_until(lambda: _resolves(b, "alice", lamb_hash), 10)
+
+
 def test_redis_down_answers_not_found_promptly_and_serves_again_once_back(stack):
     a, b, _, store = stack
     goat, horse = imagegen.jpeg(100, 100, seed=66), imagegen.jpeg(110, 100, seed=67)
@@ -153,3 +180,15 @@ def _resolves(server: Server, who: str, media_id: str) -> bool:
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.NOT_FOUND, e.details()
         return False
+
+
+def test_serve_refuses_media_store_redis_options_that_cannot_work():
+    r = run_cli("serve", "--port", "0", "--media-store-redis", "127.0.0.1:6379")
+    assert r.returncode == 2 and "redis://, rediss:// or unix:// URL" in r.stderr, r.stderr
+    url = "redis://127.0.0.1:1/0"
+    for config, message in ((ServerConfig(media_store_redis=url, media_store_bytes=0), "needs a media store"),
+                            (ServerConfig(media_store_redis=url, media_store_redis_namespace="a b"),
+                             "media store namespace 'a b'"),
+                            (ServerConfig(media_store_redis=url, media_store_redis_ttl_s=0), "ttl must be positive")):
+        assert message in _media_redis_problem(config)
+    assert _media_redis_problem(ServerConfig(media_store_redis=url)) == ""
