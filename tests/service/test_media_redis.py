@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import imagegen
 from redis_server import Redis, redis
-from servers import Server, run_cli, wait_serving, wait_until
+from servers import Server, free_port, run_cli, wait_serving, wait_until
 from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
 from sglang_mm_grpc.cli.remote import _media_redis_problem
 from sglang_mm_grpc.client import Client, media_item, missing_media
@@ -27,6 +29,8 @@ from sglang_mm_grpc.server.app import ServerConfig
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 NAMESPACE = "tests"
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+METRICS_PORT = free_port()  # B's
+REMOTE = ("hits", "misses", "errors", "invalid", "written", "dropped")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,8 @@ def stack(tmp_path_factory):
     common = ("--auth-token-file", str(d / "tokens"), "--media-store-redis", store.url,
               "--media-store-redis-namespace", NAMESPACE, "--media-store-redis-ttl", "600")
     servers = {name: Server(d, *common, *extra, models=[QWEN], workers=1, name=name, wait=False)
-               for name, extra in (("a", ()), ("b", ()), ("c", ("--shared-media-store",)))}
+               for name, extra in (("a", ()), ("b", ("--metrics-port", str(METRICS_PORT))),
+                                   ("c", ("--shared-media-store",)))}
     try:
         for s in servers.values():
             wait_serving(s.target, s)
@@ -172,6 +177,18 @@ def test_redis_down_answers_not_found_promptly_and_serves_again_once_back(stack)
     with client(a, "alice") as c:
         c.plan(QWEN, [zebra])
     assert wait_until(lambda: _resolves(b, "alice", zebra_hash), 10)
+
+
+def test_prometheus_counts_the_shared_tier_as_get_stats_does(stack):
+    _, b, _, _ = stack
+    request = urllib.request.Request(f"http://127.0.0.1:{METRICS_PORT}/metrics",
+                                     headers={"Authorization": "Bearer token-alice"})
+    text = urllib.request.urlopen(request, timeout=5).read().decode()
+    samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    stats = media(b)
+    seen = {k: samples[f"sglang_mm_media_remote_{k}_total"] for k in REMOTE}
+    assert seen == {k: getattr(stats, f"remote_{k}") for k in REMOTE}
+    assert all(seen[k] > 0 for k in ("hits", "misses", "errors", "invalid", "dropped")), seen
 
 
 def _resolves(server: Server, who: str, media_id: str) -> bool:
