@@ -194,7 +194,13 @@ class RemoteMedia:
             return none
         try:
             found = await asyncio.wait_for(self._lookup(scope_key(scope), wanted), budget)
-        except (asyncio.TimeoutError, OSError, self.redis.RedisError) as e:
+        except asyncio.TimeoutError as e:
+            if budget < self.timeout_s:  # the request's deadline, not Redis: no backoff for the others
+                self._count("errors", 1)
+            else:
+                self._failed(e, "lookup")
+            return none
+        except Exception as e:  # Redis down, refusing, or answering what no replica wrote: a miss
             self._failed(e, "lookup")
             return none
         answers = await asyncio.to_thread(self._verified, found) if any(found) else none
