@@ -73,13 +73,13 @@ SERVER_OPTIONS = (
      "encoded images kept by blake3 so requests can name them by media id instead of sending them again "
      "(default {default}; 0: none kept, every media id answers NOT_FOUND; docs/REQUESTS.md)"),
     ("--media-store-redis", str, "URL", "media_store_redis",
-     "also keep media ids in this Redis (redis://HOST:PORT/DB or rediss://), so an id sent to one replica "
+     "also keep media ids in this Redis (redis://HOST:PORT/DB, rediss:// or unix://), so an id sent to one replica "
      "resolves on every replica using it: written behind each request, read only for ids not held here, "
      "verified by their blake3 (default: off; needs the media-redis extra; docs/SERVICE.md)"),
     ("--media-store-redis-ttl", float, "S", "media_store_redis_ttl_s",
      "seconds each Redis key lives after its last write (default {default})"),
     ("--media-store-redis-namespace", str, "NS", "media_store_redis_namespace",
-     "keys under sglang-mm:media:v1:NS: (replicas sharing ids use the same one; default {default})"),
+     "keys under sglang-mm:media:v1:NS: (replicas sharing ids use the same one; default \"{default}\")"),
     ("--grace", float, "S", "grace_s", "seconds in-flight requests get on SIGTERM (default {default})"),
     ("--max-in-flight", positive_int, "N", "max_in_flight",
      "Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED at once "
