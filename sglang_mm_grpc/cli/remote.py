@@ -78,6 +78,9 @@ SERVER_OPTIONS = (
      "verified by their blake3 (default: off; needs the media-redis extra; docs/SERVICE.md)"),
     ("--media-store-redis-ttl", float, "S", "media_store_redis_ttl_s",
      "seconds each Redis key lives after its last write (default {default})"),
+    ("--media-store-redis-timeout", float, "S", "media_store_redis_timeout_s",
+     "seconds a lookup of ids not held here may take, within the request's deadline; past it they are "
+     "NOT_FOUND and Redis is left alone for a second (default {default})"),
     ("--media-store-redis-namespace", str, "NS", "media_store_redis_namespace",
      "keys under sglang-mm:media:v1:NS: (replicas sharing ids use the same one; default \"{default}\")"),
     ("--grace", float, "S", "grace_s", "seconds in-flight requests get on SIGTERM (default {default})"),
@@ -639,6 +642,8 @@ def _media_redis_problem(config) -> str:
         return "--media-store-redis needs a media store (--media-store-bytes above 0): it is the store's second tier"
     if not config.media_store_redis_ttl_s > 0:
         return "--media-store-redis-ttl must be positive"
+    if not config.media_store_redis_timeout_s > 0:
+        return "--media-store-redis-timeout must be positive"
     try:
         media_remote.check_namespace(config.media_store_redis_namespace)
         media_remote.load_client()

@@ -52,7 +52,7 @@ from ..pipeline.metrics import Metrics
 from ..service import calls
 from ..core import owners
 from .gate import Gate, caller_identity, server_credentials
-from ..service.media_remote import DEFAULT_NAMESPACE, DEFAULT_TTL_S, RemoteMedia
+from ..service.media_remote import DEFAULT_NAMESPACE, DEFAULT_TTL_S, TIMEOUT_S, RemoteMedia
 from ..service.media_store import MediaStore
 from ..service.servicer import SERVICE_NAME, PreprocessorServicer
 from .siblings import Siblings
@@ -147,6 +147,8 @@ class ServerConfig:
     media_store_redis: str | None = field(default=None, repr=False)  # its password is no log's business
     media_store_redis_ttl_s: float = DEFAULT_TTL_S
     media_store_redis_namespace: str = DEFAULT_NAMESPACE
+    # Seconds a lookup of the ids not held here may take (within the request's deadline).
+    media_store_redis_timeout_s: float = TIMEOUT_S
     # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
     # 0: admission.default_max_in_flight(workers).
     max_in_flight: int = 0
@@ -217,7 +219,7 @@ class Server:
         self.media_remote = (
             RemoteMedia(config.media_store_redis, max_item_bytes=config.media_store_bytes,
                         shared=config.shared_media_store, namespace=config.media_store_redis_namespace,
-                        ttl_s=config.media_store_redis_ttl_s)
+                        ttl_s=config.media_store_redis_ttl_s, timeout_s=config.media_store_redis_timeout_s)
             if config.media_store_redis else None
         )
         self.metrics = Metrics()

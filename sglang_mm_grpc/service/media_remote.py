@@ -37,8 +37,11 @@ KEY_PREFIX = "sglang-mm:media:v1:"
 NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TTL_S = 3600.0
-#: Seconds a lookup (its round trips together) and any one socket operation may take.
+#: Seconds a lookup (its round trips together) may take, by default.
 TIMEOUT_S = 0.25
+#: Seconds one write's socket operation may take (behind the request: a large video
+#: may take longer than a lookup would be allowed to).
+WRITE_TIMEOUT_S = 5.0
 #: Seconds Redis is left alone after an error (no lookup waits for a dead server).
 BACKOFF_S = 1.0
 #: Writes waiting for the writer thread, by count and by bytes; past either, dropped.
@@ -83,7 +86,8 @@ class RemoteMedia:
         self.max_item_bytes = int(max_item_bytes)
         self.ttl = max(1, int(round(ttl_s)))
         self.prefix = f"{KEY_PREFIX}{check_namespace(namespace)}:"
-        self._sync = self.redis.Redis.from_url(url, **self._options(self.redis.retry))
+        writes = self._options(self.redis.retry, max(timeout_s, WRITE_TIMEOUT_S))
+        self._sync = self.redis.Redis.from_url(url, **writes)
         self._aio = None  # made on the event loop, at its first lookup
         self._queue: deque = deque()
         self._queued_bytes = 0
@@ -94,11 +98,11 @@ class RemoteMedia:
         self._writer = threading.Thread(target=self._write_loop, name="mm-media-redis", daemon=True)
         self._writer.start()
 
-    def _options(self, retry_module) -> dict:
+    def _options(self, retry_module, timeout_s: float) -> dict:
         """Short timeouts; one retry, which a connection a Redis restart broke needs."""
         from redis.backoff import NoBackoff
 
-        return {"socket_timeout": self.timeout_s, "socket_connect_timeout": self.timeout_s,
+        return {"socket_timeout": timeout_s, "socket_connect_timeout": self.timeout_s,
                 "retry": retry_module.Retry(NoBackoff(), 1)}
 
     def counts(self) -> dict:
@@ -253,7 +257,8 @@ class RemoteMedia:
 
     def _client(self):
         if self._aio is None:
-            self._aio = self.redis.asyncio.Redis.from_url(self.url, **self._options(self.redis.asyncio.retry))
+            self._aio = self.redis.asyncio.Redis.from_url(self.url, **self._options(self.redis.asyncio.retry,
+                                                                                    self.timeout_s))
         return self._aio
 
     async def aclose(self) -> None:

@@ -206,6 +206,8 @@ def test_serve_refuses_media_store_redis_options_that_cannot_work():
     for config, message in ((ServerConfig(media_store_redis=url, media_store_bytes=0), "needs a media store"),
                             (ServerConfig(media_store_redis=url, media_store_redis_namespace="a b"),
                              "media store namespace 'a b'"),
-                            (ServerConfig(media_store_redis=url, media_store_redis_ttl_s=0), "ttl must be positive")):
+                            (ServerConfig(media_store_redis=url, media_store_redis_ttl_s=0), "ttl must be positive"),
+                            (ServerConfig(media_store_redis=url, media_store_redis_timeout_s=0),
+                             "timeout must be positive")):
         assert message in _media_redis_problem(config)
     assert _media_redis_problem(ServerConfig(media_store_redis=url)) == ""
