@@ -44,7 +44,8 @@ LAYERS: dict[str, dict[str, list[str]]] = {
         "may_import": ["wire", "_proto", "pipeline", "core"],
         # the servicer names each image's source in logs and errors with media.sources.describe
         "may_import_modules": ["sglang_mm_grpc.media.sources"],
-        "third_party": ["grpc", "numpy"],
+        # redis: the media store's shared tier (media_remote.py), imported only when used
+        "third_party": ["grpc", "numpy", "redis"],
     },
     "server": {
         "may_import": ["service", "wire", "_proto", "pipeline", "config", "families", "media", "core", "kernels"],

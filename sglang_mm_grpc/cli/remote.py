@@ -72,6 +72,17 @@ SERVER_OPTIONS = (
     ("--media-store-bytes", byte_size, "SIZE", "media_store_bytes",
      "encoded images kept by blake3 so requests can name them by media id instead of sending them again "
      "(default {default}; 0: none kept, every media id answers NOT_FOUND; docs/REQUESTS.md)"),
+    ("--media-store-redis", str, "URL", "media_store_redis",
+     "also keep media ids in this Redis (redis://HOST:PORT/DB, rediss:// or unix://), so an id sent to one replica "
+     "resolves on every replica using it: written behind each request, read only for ids not held here, "
+     "verified by their blake3 (default: off; needs the media-redis extra; docs/SERVICE.md)"),
+    ("--media-store-redis-ttl", float, "S", "media_store_redis_ttl_s",
+     "seconds each Redis key lives after its last write (default {default})"),
+    ("--media-store-redis-timeout", float, "S", "media_store_redis_timeout_s",
+     "seconds a lookup of ids not held here may take, within the request's deadline; past it they are "
+     "NOT_FOUND and Redis is left alone for a second (default {default})"),
+    ("--media-store-redis-namespace", str, "NS", "media_store_redis_namespace",
+     "keys under sglang-mm:media:v1:NS: (replicas sharing ids use the same one; default \"{default}\")"),
     ("--grace", float, "S", "grace_s", "seconds in-flight requests get on SIGTERM (default {default})"),
     ("--max-in-flight", positive_int, "N", "max_in_flight",
      "Preprocess/Assemble calls in flight at once; past it new ones get RESOURCE_EXHAUSTED at once "
@@ -592,7 +603,7 @@ def run_serve(args) -> int:
         **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *AUDIO_OPTIONS, *SHM_OPTIONS,
                          *DEPLOY_OPTIONS)),
     ))
-    problem = _deploy_problem(config)
+    problem = _deploy_problem(config) or _media_redis_problem(config)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -617,6 +628,28 @@ def media_policy(args):
         allow_metadata_hosts=args.allow_metadata_hosts or None,
         **_fields(args, FETCH_OPTIONS),
     ))
+
+
+def _media_redis_problem(config) -> str:
+    """What is wrong with the --media-store-redis options, or ""."""
+    from ..service import media_remote
+
+    if not config.media_store_redis:
+        return ""
+    if not config.media_store_redis.startswith(("redis://", "rediss://", "unix://")):
+        return "--media-store-redis takes a redis://, rediss:// or unix:// URL"
+    if config.media_store_bytes <= 0:
+        return "--media-store-redis needs a media store (--media-store-bytes above 0): it is the store's second tier"
+    if not config.media_store_redis_ttl_s > 0:
+        return "--media-store-redis-ttl must be positive"
+    if not config.media_store_redis_timeout_s > 0:
+        return "--media-store-redis-timeout must be positive"
+    try:
+        media_remote.check_namespace(config.media_store_redis_namespace)
+        media_remote.load_client()
+    except (ValueError, RuntimeError) as e:
+        return str(e)
+    return ""
 
 
 def _deploy_problem(config) -> str:

@@ -52,6 +52,7 @@ from ..pipeline.metrics import Metrics
 from ..service import calls
 from ..core import owners
 from .gate import Gate, caller_identity, server_credentials
+from ..service.media_remote import DEFAULT_NAMESPACE, DEFAULT_TTL_S, TIMEOUT_S, RemoteMedia
 from ..service.media_store import MediaStore
 from ..service.servicer import SERVICE_NAME, PreprocessorServicer
 from .siblings import Siblings
@@ -140,6 +141,14 @@ class ServerConfig:
     # Media ids by hash, and the preprocessing cache's hits (ImageInfo.cached), for every
     # caller rather than only for the caller that sent the bytes: one tenant, many routers.
     shared_media_store: bool = False
+    # The media store's shared tier: a Redis URL (redis:// or rediss://) every replica with
+    # the same namespace writes its media ids to and reads the ones it lacks from; each key
+    # lives ttl seconds from its last write (docs/SERVICE.md). None: the local store alone.
+    media_store_redis: str | None = field(default=None, repr=False)  # its password is no log's business
+    media_store_redis_ttl_s: float = DEFAULT_TTL_S
+    media_store_redis_namespace: str = DEFAULT_NAMESPACE
+    # Seconds a lookup of the ids not held here may take (within the request's deadline).
+    media_store_redis_timeout_s: float = TIMEOUT_S
     # Preprocess/Assemble calls in flight at once; past it RESOURCE_EXHAUSTED at once.
     # 0: admission.default_max_in_flight(workers).
     max_in_flight: int = 0
@@ -207,6 +216,12 @@ class Server:
         self.cache = PreprocessCache(config.cache_bytes) if config.cache_bytes > 0 else None
         self.media = MediaStore(config.media_store_bytes, client_ids=config.client_media_ids,
                                 shared=config.shared_media_store)
+        self.media_remote = (
+            RemoteMedia(config.media_store_redis, max_item_bytes=config.media_store_bytes,
+                        shared=config.shared_media_store, namespace=config.media_store_redis_namespace,
+                        ttl_s=config.media_store_redis_ttl_s, timeout_s=config.media_store_redis_timeout_s)
+            if config.media_store_redis else None
+        )
         self.metrics = Metrics()
         self.max_in_flight = config.max_in_flight or default_max_in_flight(self.workers)
         self.metrics_endpoint: MetricsEndpoint | None = None  # when metrics_port is set
@@ -244,6 +259,7 @@ class Server:
             merge_stats=self.siblings.stats if self.siblings else None,
             media=self.media,
             caller=functools.partial(caller_identity, tokens=bool(cfg.auth_tokens)),
+            media_remote=self.media_remote,
         )
         server = grpc.aio.server(
             interceptors=[self.gate],
@@ -363,7 +379,7 @@ class Server:
             "fetch": self.fetcher.stats if self.fetcher is not None else {},
             "cache": self.cache.stats if self.cache is not None else None,
             "store": self.store.stats(),
-            "media": self.media.stats(),
+            "media": self.servicer.media_ids.stats() if self.servicer is not None else self.media.stats(),
         }
 
     async def load(self) -> None:
@@ -521,6 +537,8 @@ class Server:
             await self.fetcher.aclose()
         if self.siblings is not None:
             await self.siblings.close()
+        if self.media_remote is not None:
+            await self.media_remote.aclose()
         if self.transport.arena is not None:
             self.transport.arena.close()  # every segment still here goes, read or not
 

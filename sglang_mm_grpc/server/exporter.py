@@ -200,6 +200,16 @@ def _cache_and_store_metrics(s):
         yield _counter("media_misses", "Media ids not held (answered NOT_FOUND).", m.misses)
         yield _counter("media_stored", "Encoded images added to the media store.", m.stored)
         yield _counter("media_evictions", "Encoded images evicted from the media store.", m.evictions)
+        yield _counter("media_remote_hits", "Media ids not held here, found in the shared Redis tier.",
+                       m.remote_hits)
+        yield _counter("media_remote_misses", "Media ids not held here nor in the shared Redis tier.", m.remote_misses)
+        yield _counter("media_remote_errors", "Shared-tier lookups or writes that failed or were skipped.",
+                       m.remote_errors)
+        yield _counter("media_remote_invalid", "Bytes in the shared tier that were not their hash's (ignored).",
+                       m.remote_invalid)
+        yield _counter("media_remote_written", "Writes made to the shared tier.", m.remote_written)
+        yield _counter("media_remote_dropped", "Writes to the shared tier dropped (queue full or Redis down).",
+                       m.remote_dropped)
 
 
 def _video_metrics(v):

@@ -107,8 +107,8 @@ class Intake:
         video_options, per_video = messages.video_options(request)
         audio_options, per_audio = messages.audio_options(request)
         # hashes and client ids name this caller's images
-        media, vmedia, amedia = self.media_ids.resolve(request.images, request.videos, self.identity(context),
-                                                       request.audios)
+        media, vmedia, amedia = await self.media_ids.resolve(request.images, request.videos,
+                                                             self.identity(context), request.audios, deadline.at)
         deadline.check("fetching")
         tf = time.perf_counter()
         raw = await self.fetch([*media.sources, *vmedia.sources, *amedia.sources], deadline.at,

@@ -4,14 +4,19 @@ Each ``MediaItem`` is a URL, inline data or a media id (a blake3 hash, or a clie
 caller bound earlier with ``bind_id``); ids are resolved before anything is fetched, and
 every id not held is named in one MissingMedia (NOT_FOUND). After the work, the bytes a
 request sent are kept under their hash for that caller and its ``bind_id``s bound to them.
+
+With a shared tier (``media_remote.RemoteMedia``: ``serve --media-store-redis``), the ids
+the local store lacks are asked of it before the NOT_FOUND, and what is kept or bound
+locally is written to it too, so the other replicas find it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.errors import Code, PreprocessError
-from .media_store import MediaStore, MissingMedia, check_client_id, is_hash_id
+from .media_remote import RemoteMedia
+from .media_store import MediaStats, MediaStore, MissingMedia, check_client_id, is_hash_id
 
 
 @dataclass(frozen=True)
@@ -27,27 +32,63 @@ class Media:
 class MediaIds:
     """The media store as requests name its bytes."""
 
-    def __init__(self, store: MediaStore):
+    def __init__(self, store: MediaStore, remote: RemoteMedia | None = None):
+        """``remote``: the shared tier, or None (the local store alone)."""
         self.store = store
+        self.remote = remote
 
-    def resolve(self, images, videos, scope: str, audios=()) -> tuple[Media, Media, Media]:
+    async def resolve(self, images, videos, scope: str, audios=(),
+                      deadline: float | None = None) -> tuple[Media, Media, Media]:
         """The images', videos' and audio clips' sources for the caller ``scope``; one
-        MissingMedia for every id not held."""
-        media, missing = self._sources(images, "image", scope)
-        vmedia, vmissing = self._sources(videos, "video", scope)
-        amedia, amissing = self._sources(audios, "audio", scope)
+        MissingMedia for every id held neither here nor (asked before ``deadline``, an
+        absolute time.monotonic()) in the shared tier."""
+        parts = [self._sources(items, kind, scope) for items, kind in
+                 ((images, "image"), (videos, "video"), (audios, "audio"))]
+        if self.remote is not None and any(missing for _, missing in parts):
+            parts = await self._read_through(parts, scope, deadline)
+        (media, missing), (vmedia, vmissing), (amedia, amissing) = parts
         if missing or vmissing or amissing:
             raise MissingMedia(missing, "" if self.store.enabled else " (it keeps no media: serve "
                                "--media-store-bytes 0)", missing_videos=vmissing, missing_audios=amissing)
         return media, vmedia, amedia
 
+    async def _read_through(self, parts: list, scope: str, deadline: float | None) -> list:
+        """The missing ids asked of the shared tier at once; what it has (verified there)
+        goes into the sources and into the local store, bound for this caller."""
+        assert self.remote is not None
+        asked = [(media, i, media_id) for media, missing in parts for i, media_id in missing]
+        wanted = []
+        for _, _, media_id in asked:
+            digest = media_id.lower() if is_hash_id(media_id) else self.store.resolve(scope, media_id)
+            wanted.append((digest, None if digest is not None else media_id))
+        answers = await self.remote.find(scope, wanted, deadline)
+        for (media, i, media_id), answer in zip(asked, answers):
+            if answer is not None:
+                digest, data = answer
+                media.sources[i], media.hashes[i] = data, digest
+                self.store.put(digest, data, scope)
+                if not is_hash_id(media_id):
+                    self.store.bind(scope, media_id, digest)
+        return [(media, [(i, m) for i, m in missing if media.hashes[i] is None]) for media, missing in parts]
+
     def remember(self, media: Media, raw: list, results) -> None:
-        """Keep the newly sent images (or videos) for media ids, and bind their ids to them."""
+        """Keep the newly sent images (or videos) for media ids, and bind their ids to them
+        (and queue both for the shared tier)."""
+        remote = self.remote
         for i, im in enumerate(results):
             if media.hashes[i] is None:
                 self.store.put(im.hash, raw[i], media.scope)
+                if remote is not None:
+                    remote.put(im.hash, raw[i], media.scope)
             if media.binds[i]:
                 self.store.bind(media.scope, media.binds[i], im.hash)
+                if remote is not None:
+                    remote.bind(media.scope, media.binds[i], im.hash)
+
+    def stats(self) -> MediaStats:
+        """The local store's counters, and the shared tier's when there is one."""
+        stats = self.store.stats()
+        return stats if self.remote is None else replace(stats, **self.remote.counts())
 
     def cache_scope(self, media: Media) -> str:
         """Whose preprocessing cache entries the request may hit (and so learn of through

@@ -72,6 +72,14 @@ class MediaStats:
     evictions: int = 0
     bound_ids: int = 0
     peak_bytes: int = 0
+    # the shared tier (serve --media-store-redis; media_remote.py): ids found there, not
+    # found, lookups failed or skipped, bytes that were not their hash's, writes made, dropped
+    remote_hits: int = 0
+    remote_misses: int = 0
+    remote_errors: int = 0
+    remote_invalid: int = 0
+    remote_written: int = 0
+    remote_dropped: int = 0
 
 
 class MissingMedia(PreprocessError):

@@ -239,6 +239,8 @@ def stats_response(s: Snapshot) -> pb.GetStatsResponse:
             pb.MediaStoreStats(
                 items=m.items, bytes=m.bytes, max_bytes=m.max_bytes, hits=m.hits, misses=m.misses, stored=m.stored,
                 evictions=m.evictions, bound_ids=m.bound_ids, peak_bytes=m.peak_bytes,
+                remote_hits=m.remote_hits, remote_misses=m.remote_misses, remote_errors=m.remote_errors,
+                remote_invalid=m.remote_invalid, remote_written=m.remote_written, remote_dropped=m.remote_dropped,
             )
         )
     for stage, h in s.stages.items():

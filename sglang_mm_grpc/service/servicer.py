@@ -34,6 +34,7 @@ from .handles import HandleStore
 from .intake import Fetch, Intake, naming_source
 from .kept import Kept, KeptResults
 from .media_ids import MediaIds
+from .media_remote import RemoteMedia
 from .media_store import MediaStore
 from .models import ServedModels
 from .payloads import Payloads
@@ -62,6 +63,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         merge_stats: Callable | None = None,
         media: MediaStore | None = None,
         caller: Callable | None = None,
+        media_remote: RemoteMedia | None = None,
     ):
         """``max_in_flight``: Preprocess/Assemble calls at once (past it: RESOURCE_EXHAUSTED).
         ``stats_parts``: returns the other parts' counters for a Snapshot (fetch, cache, store).
@@ -72,7 +74,8 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         (-> the owner's serialized response). ``merge_stats(own, context)``: GetStats for the
         whole replica (``siblings.py``). ``media``: the encoded images kept for media ids
         (None: none kept). ``caller(context)``: the caller's identity that scopes its client
-        media ids (default: the peer address)."""
+        media ids (default: the peer address). ``media_remote``: the media store's shared
+        tier (serve --media-store-redis), or None."""
         self.store = store
         self.transport = transport or Transport(None)
         self.metrics = metrics or Metrics()
@@ -83,7 +86,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         self.kept = KeptResults(store, self.transport)
         self.router = HandleRouter(self._identity, owner, forward)
         self.payloads = Payloads(self.transport)
-        media_ids = MediaIds(self.media)
+        self.media_ids = media_ids = MediaIds(self.media, media_remote)
         self.intake = Intake(fetch, self._identity, self.models, media_ids, self.transport, store)
         self.preprocessing = preprocessing.Preprocessing(self.pool, self.transport, self.kept, self.payloads,
                                                          media_ids)
@@ -147,7 +150,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         """Every counter now: this servicer's, the models' work, and ``stats_parts``."""
         parts = dict(self._stats_parts()) if self._stats_parts is not None else {}
         parts.setdefault("store", self.store.stats())
-        parts.setdefault("media", self.media.stats())
+        parts.setdefault("media", self.media_ids.stats())
         return self.metrics.snapshot(
             in_flight=self.admission.in_flight,
             max_in_flight=self.admission.limit,

@@ -13,8 +13,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -31,6 +29,7 @@ import pytest
 
 import imagegen
 import videogen
+from redis_server import Redis
 from servers import Proc, free_port, wait_until
 from sglang_mm_grpc import Preprocessor
 from sglang_mm_grpc.sidecar import jobs, vllm_hashes, vllm_items
@@ -45,44 +44,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PAD, START, END, VPAD = 151655, 151652, 151653, 151656
 FINGERPRINT = Fingerprint(model=QWEN, vllm_version="0.33.0", dtype="torch.bfloat16", video_backend="opencv",
                           media_io_kwargs="{}", mm_processor_kwargs="{}", limit_per_prompt='{"*": {"count": 3}}')
-
-
-def _redis_server() -> str:
-    """redis-server, or a skip where it is missing (CI installs it and requires it)."""
-    path = shutil.which("redis-server")
-    if path is None:
-        if os.environ.get("SGLANG_MM_REQUIRE_REDIS"):
-            pytest.fail("redis-server is not installed (apt-get install redis-server)")
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    return path
-
-
-class Redis:
-    """A redis-server of its own: loopback, a free port, no persistence."""
-
-    def __init__(self, workdir: Path):
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.workdir = workdir
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        assert wait_until(lambda: _pings(client), 10), "redis-server did not start"
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-
-def _pings(client) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -650,7 +650,7 @@ class CacheStats(_message.Message):
     def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., too_large: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
 
 class MediaStoreStats(_message.Message):
-    __slots__ = ("items", "bytes", "max_bytes", "hits", "misses", "stored", "evictions", "bound_ids", "peak_bytes")
+    __slots__ = ("items", "bytes", "max_bytes", "hits", "misses", "stored", "evictions", "bound_ids", "peak_bytes", "remote_hits", "remote_misses", "remote_errors", "remote_invalid", "remote_written", "remote_dropped")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -660,6 +660,12 @@ class MediaStoreStats(_message.Message):
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     BOUND_IDS_FIELD_NUMBER: _ClassVar[int]
     PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_HITS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_MISSES_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_INVALID_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_DROPPED_FIELD_NUMBER: _ClassVar[int]
     items: int
     bytes: int
     max_bytes: int
@@ -669,7 +675,13 @@ class MediaStoreStats(_message.Message):
     evictions: int
     bound_ids: int
     peak_bytes: int
-    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., stored: _Optional[int] = ..., evictions: _Optional[int] = ..., bound_ids: _Optional[int] = ..., peak_bytes: _Optional[int] = ...) -> None: ...
+    remote_hits: int
+    remote_misses: int
+    remote_errors: int
+    remote_invalid: int
+    remote_written: int
+    remote_dropped: int
+    def __init__(self, items: _Optional[int] = ..., bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., stored: _Optional[int] = ..., evictions: _Optional[int] = ..., bound_ids: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., remote_hits: _Optional[int] = ..., remote_misses: _Optional[int] = ..., remote_errors: _Optional[int] = ..., remote_invalid: _Optional[int] = ..., remote_written: _Optional[int] = ..., remote_dropped: _Optional[int] = ...) -> None: ...
 
 class StoreStats(_message.Message):
     __slots__ = ("items", "bytes", "max_items", "max_bytes", "evicted", "expired", "peak_bytes")
