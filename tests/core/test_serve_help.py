@@ -72,7 +72,9 @@ NUMBERS = [("--port", ServerConfig, "port"), ("--store-items", ServerConfig, "st
            ("--audio-max-sample-rate", ServerConfig, "audio_max_sample_rate"),
            ("--audio-max-channels", ServerConfig, "audio_max_channels"),
            ("--audio-max-decoded-samples", ServerConfig, "audio_max_decoded_samples"),
-           ("--audio-decode-timeout", ServerConfig, "audio_decode_timeout_s")]
+           ("--audio-decode-timeout", ServerConfig, "audio_decode_timeout_s"),
+           ("--media-store-redis-ttl", ServerConfig, "media_store_redis_ttl_s"),
+           ("--media-store-redis-timeout", ServerConfig, "media_store_redis_timeout_s")]
 
 
 @pytest.mark.parametrize("flag, cls, name", SIZES, ids=[s[0] for s in SIZES])
