@@ -12,7 +12,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sglang_mm_grpc ./sglang_mm_grpc
 COPY kernels ./kernels
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip install --no-cache-dir --prefix=/install ".[video,media-redis]"
 
 FROM python:3.11-slim
 COPY --from=build /install /usr/local
