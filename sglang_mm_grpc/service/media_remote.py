@@ -214,8 +214,9 @@ class RemoteMedia:
         return answers
 
     async def _lookup(self, scope: str, wanted: list) -> list:
-        """The client ids' hashes (one round trip, when any is asked), then each hash's
-        bytes and whether this caller sent them (one more)."""
+        """The client ids' hashes (one round trip, when any is asked), which of the hashes
+        this caller sent (one more, unless the store is shared), then those hashes' bytes:
+        no bytes cross for a caller that may not have them."""
         client = self._client()
         digests = [digest for digest, _ in wanted]
         unbound = [k for k, (digest, cid) in enumerate(wanted) if digest is None and cid is not None]
@@ -227,19 +228,19 @@ class RemoteMedia:
                 text = bound.decode("ascii", "replace") if isinstance(bound, bytes) else ""
                 digests[k] = text if is_hash_id(text) else None
         asked = [k for k, digest in enumerate(digests) if digest is not None]
+        if asked and not self.shared:
+            pipe = client.pipeline(transaction=False)
+            for k in asked:
+                pipe.exists(f"{self.prefix}h:{scope}:{digests[k]}")
+            asked = [k for k, held in zip(asked, await pipe.execute()) if held]
+        found: list = [None] * len(wanted)
         if not asked:
-            return [None] * len(wanted)
+            return found
         pipe = client.pipeline(transaction=False)
         for k in asked:
             pipe.get(self.prefix + "b:" + digests[k])
-            if not self.shared:
-                pipe.exists(f"{self.prefix}h:{scope}:{digests[k]}")
-        replies = await pipe.execute()
-        step = 1 if self.shared else 2
-        found: list = [None] * len(wanted)
-        for n, k in enumerate(asked):
-            data, held = replies[n * step], self.shared or bool(replies[n * step + 1])
-            if held and isinstance(data, bytes) and data:
+        for k, data in zip(asked, await pipe.execute()):
+            if isinstance(data, bytes) and data:
                 found[k] = (digests[k], data)
         return found
 

@@ -78,6 +78,11 @@ def by_id(server: Server, who: str, media_id: str) -> pb.PlanResponse:
         return c.plan(QWEN, [pb.MediaItem(media_id=media_id)])
 
 
+def redis_output_bytes(store: Redis) -> int:
+    """What Redis has sent to its clients so far (its INFO counter)."""
+    return int(redis.Redis(port=store.port).info("stats")["total_net_output_bytes"])
+
+
 def not_found(server: Server, who: str, media_id: str) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as e:
         by_id(server, who, media_id)
@@ -96,9 +101,12 @@ def test_an_id_sent_to_one_replica_resolves_on_another_for_its_caller_alone(stac
     assert by_id(b, "alice", dog_hash).images[0].hash == dog_hash
     after = media(b)
     assert (after.remote_hits - before.remote_hits, after.stored - before.stored) == (2, 2)
-    # bob sent neither: alice's hash and alice's name mean nothing to him, on B as on A ...
+    # bob sent neither: alice's hash and alice's name mean nothing to him, on B as on A,
+    # and his probes pull none of her bytes out of Redis ...
+    sent_before = redis_output_bytes(stack[3])
     not_found(b, "bob", cat_hash)
     not_found(b, "bob", "cat")
+    assert redis_output_bytes(stack[3]) - sent_before < len(cat) // 2
     not_found(a, "bob", dog_hash)
     assert media(b).remote_misses - after.remote_misses == 2
     # ... until he sends the bytes himself (to A), and then on B too
