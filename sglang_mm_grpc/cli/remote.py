@@ -292,6 +292,11 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     _add_options(d, DEPLOY_OPTIONS)
     add_token_arguments(d, "require a")
     p.add_argument(
+        "--media-store-redis-env", metavar="VAR",
+        help="the --media-store-redis URL from this environment variable instead, so a password in it stays out "
+        "of the process list (e.g. a Kubernetes secret)",
+    )
+    p.add_argument(
         "--no-client-media-ids", dest="no_client_media_ids", action="store_true",
         help="refuse client-chosen media ids (bind_id, and media_id other than a blake3 hash); hashes still work "
         "(default: client ids are on, each bound for the caller that bound it: docs/REQUESTS.md)",
@@ -603,7 +608,8 @@ def run_serve(args) -> int:
         **_fields(args, (*SERVER_OPTIONS, *REQUEST_OPTIONS, *VIDEO_OPTIONS, *AUDIO_OPTIONS, *SHM_OPTIONS,
                          *DEPLOY_OPTIONS)),
     ))
-    problem = _deploy_problem(config) or _media_redis_problem(config)
+    problem = _deploy_problem(config) or _media_redis_from_env(config, args.media_store_redis_env) or (
+        _media_redis_problem(config))
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -628,6 +634,16 @@ def media_policy(args):
         allow_metadata_hosts=args.allow_metadata_hosts or None,
         **_fields(args, FETCH_OPTIONS),
     ))
+
+
+def _media_redis_from_env(config, var: str | None) -> str:
+    """``--media-store-redis-env VAR``: the URL read into ``config``; what is wrong, or ""."""
+    if not var:
+        return ""
+    if config.media_store_redis:
+        return "give --media-store-redis or --media-store-redis-env, not both"
+    config.media_store_redis = os.environ.get(var, "").strip()
+    return "" if config.media_store_redis else f"--media-store-redis-env: ${var} is not set or empty"
 
 
 def _media_redis_problem(config) -> str:

@@ -2,7 +2,7 @@
 redis-server on 127.0.0.1 (persistence off, ``tests/redis_server.py``).
 
 Replicas A and B scope ids by bearer token (alice, bob); C shares its store across callers
-(``--shared-media-store``) and reads the same namespace. An id sent to A resolves on B for
+(``--shared-media-store``) and reads the same namespace, its URL from the environment. An id sent to A resolves on B for
 its caller alone; bytes changed in Redis are refused; Redis stopped costs NOT_FOUND, never
 INTERNAL, and a restarted Redis serves again.
 """
@@ -39,11 +39,15 @@ def stack(tmp_path_factory):
     d = tmp_path_factory.mktemp("media-redis")
     (d / "tokens").write_text("token-alice\ntoken-bob\n")
     store = Redis(d)
-    common = ("--auth-token-file", str(d / "tokens"), "--media-store-redis", store.url,
-              "--media-store-redis-namespace", NAMESPACE, "--media-store-redis-ttl", "600")
-    servers = {name: Server(d, *common, *extra, models=[QWEN], workers=1, name=name, wait=False)
-               for name, extra in (("a", ()), ("b", ("--metrics-port", str(METRICS_PORT))),
-                                   ("c", ("--shared-media-store",)))}
+    common = ("--auth-token-file", str(d / "tokens"), "--media-store-redis-namespace", NAMESPACE,
+              "--media-store-redis-ttl", "600")
+    url = ("--media-store-redis", store.url)
+    # C reads the URL from its environment, as a secret is given
+    servers = {name: Server(d, *common, *extra, models=[QWEN], workers=1, name=name, wait=False, env=env)
+               for name, extra, env in (
+                   ("a", url, None), ("b", (*url, "--metrics-port", str(METRICS_PORT)), None),
+                   ("c", ("--shared-media-store", "--media-store-redis-env", "MEDIA_REDIS"),
+                    {"MEDIA_REDIS": store.url}))}
     try:
         for s in servers.values():
             wait_serving(s.target, s)
@@ -210,6 +214,10 @@ def _resolves(server: Server, who: str, media_id: str) -> bool:
 def test_serve_refuses_media_store_redis_options_that_cannot_work():
     r = run_cli("serve", "--port", "0", "--media-store-redis", "127.0.0.1:6379")
     assert r.returncode == 2 and "redis://, rediss:// or unix:// URL" in r.stderr, r.stderr
+    r = run_cli("serve", "--port", "0", "--media-store-redis-env", "SGLANG_MM_TEST_UNSET_VARIABLE")
+    assert r.returncode == 2 and "$SGLANG_MM_TEST_UNSET_VARIABLE is not set or empty" in r.stderr, r.stderr
+    r = run_cli("serve", "--port", "0", "--media-store-redis", "redis://x/0", "--media-store-redis-env", "HOME")
+    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
     url = "redis://127.0.0.1:1/0"
     for config, message in ((ServerConfig(media_store_redis=url, media_store_bytes=0), "needs a media store"),
                             (ServerConfig(media_store_redis=url, media_store_redis_namespace="a b"),
