@@ -9,6 +9,7 @@ INTERNAL, and a restarted Redis serves again.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -25,6 +26,8 @@ from sglang_mm_grpc.cli.remote import _media_redis_problem
 from sglang_mm_grpc.client import Client, media_item, missing_media
 from sglang_mm_grpc.core.hashing import content_hash
 from sglang_mm_grpc.server.app import ServerConfig
+from sglang_mm_grpc.service import media_remote
+from sglang_mm_grpc.service.media_remote import RemoteMedia
 
 QWEN = "Qwen/Qwen2-VL-7B-Instruct"
 NAMESPACE = "tests"
@@ -189,6 +192,29 @@ def test_redis_down_answers_not_found_promptly_and_serves_again_once_back(stack)
     with client(a, "alice") as c:
         c.plan(QWEN, [zebra])
     assert wait_until(lambda: _resolves(b, "alice", zebra_hash), 10)
+
+
+def test_writes_past_the_queue_are_dropped_and_counted_while_redis_is_busy(stack):
+    """The writer queue is bounded: while Redis holds the writer (a script runs), writes
+    past ``QUEUE_ITEMS`` are dropped at once and counted, and the rest are written after."""
+    store = stack[3]
+    remote = RemoteMedia(store.url, max_item_bytes=1 << 20, namespace="queue-test")
+    busy = threading.Thread(target=lambda: redis.Redis(port=store.port).eval(BUSY, 0, 1.0))
+    try:
+        busy.start()
+        time.sleep(0.2)  # the script runs
+        remote.bind("alice", "first", "0" * 64)
+        assert wait_until(lambda: not remote._queue, 5)  # the writer took it and waits on Redis
+        t0 = time.monotonic()
+        for n in range(media_remote.QUEUE_ITEMS + 100):
+            remote.bind("alice", f"id{n}", "0" * 64)
+        assert time.monotonic() - t0 < 0.5  # never blocks the caller
+        assert remote.dropped == 100
+        busy.join()
+        assert wait_until(lambda: remote.written == media_remote.QUEUE_ITEMS + 1, 20), remote.counts()
+    finally:
+        busy.join()
+        asyncio.run(remote.aclose())
 
 
 def test_prometheus_counts_the_shared_tier_as_get_stats_does(stack):
