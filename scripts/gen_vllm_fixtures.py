@@ -68,7 +68,7 @@ are from the service's (``_refused_entries``).
 
 Engines started with processor kwargs
 -------------------------------------
-"engine_kwargs" holds, for each Qwen-VL engine of ``KWARGS_ENGINES`` (``--mm-processor-kwargs``
+"engine_kwargs" holds, for each Qwen-VL or Omni engine of ``KWARGS_ENGINES`` (``--mm-processor-kwargs``
 min_pixels / max_pixels), what vLLM's own processor makes of a job: the processor built by
 vLLM's registry for that engine (``_vllm_apply``; the checkpoint from the preset with a toy
 tokenizer holding the real Qwen special-token ids, ``_vllm_checkpoint``: no GPU, no weights)
@@ -183,7 +183,9 @@ OMNI_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_omni_tensors.npz"  # mad
 #: engines started with ``--mm-processor-kwargs`` (vLLM 0.33: the flat kwargs reach the image and the
 #: video processor, vllm/multimodal/processing/context.py:376-400): model, kwargs, and the job's media
 #: from the inputs (each image's, then each video's, placeholder between the vision markers). The
-#: first changes the PNG's grid (min) and the large JPEG's (max); the second is max only.
+#: first changes the PNG's grid (min) and the large JPEG's (max); the second is max only. The Omni
+#: thinkers' jobs add a clip (after the videos, between the audio markers), which the kwargs leave as it is;
+#: their max alone keeps the video min at the checkpoint's 3136, below the max (jobs.OMNI_FAMILIES).
 KWARGS_ENGINES = [
     ("Qwen/Qwen2-VL-7B-Instruct", {"min_pixels": 12544, "max_pixels": 50176},
      {"image": ["one/png0", "llama4/jpeg1"], "video": ["video/clamp"]}),
@@ -191,6 +193,10 @@ KWARGS_ENGINES = [
     ("Qwen/Qwen2.5-VL-7B-Instruct", {"min_pixels": 12544, "max_pixels": 50176},
      {"image": ["llama4/jpeg0"], "video": ["video/clamp"]}),
     ("Qwen/Qwen3-VL-8B-Instruct", {"min_pixels": 4096, "max_pixels": 50176}, {"image": ["one/png0", "llama4/jpeg1"]}),
+    *[(model, kwargs, {"image": ["one/png0", "llama4/jpeg1"], "video": ["video/clamp"], "audio": ["audio/clip0"]})
+      for model, kwargs in (("Qwen/Qwen2.5-Omni-7B", {"min_pixels": 12544, "max_pixels": 50176}),
+                            ("Qwen/Qwen3-Omni-30B-A3B-Instruct", {"min_pixels": 12544, "max_pixels": 50176}),
+                            ("Qwen/Qwen3-Omni-30B-A3B-Instruct", {"max_pixels": 12544}))],
 ]
 #: what vLLM does with kwargs the sidecar refuses: bounds that cross (Qwen3-VL's image min_pixels
 #: 65536 above max_pixels 50176: HF's smart_resize scales past max) and a null bound
@@ -198,7 +204,12 @@ KWARGS_REFUSED = [("Qwen/Qwen3-VL-8B-Instruct", {"max_pixels": 50176}, "one/png0
                   ("Qwen/Qwen2-VL-7B-Instruct", {"max_pixels": 12544, "min_pixels": None}, "one/png0")]
 #: the architectures vLLM's registry resolves the Qwen-VL presets' model types to
 ARCHITECTURES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-                 "qwen3_vl": "Qwen3VLForConditionalGeneration"}
+                 "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
+                 "qwen3_omni_moe": "Qwen3OmniMoeForConditionalGeneration"}
+#: the Omni thinkers' audio start and end tokens (their ids: OMNI), which their HF processors read off
+#: the tokenizer with the image, video and audio tokens (``tokenizer.audio_bos_token``, ...)
+OMNI_AUDIO_MARKERS = {"Qwen/Qwen2.5-Omni-7B": ("<|audio_bos|>", "<|audio_eos|>"),
+                      "Qwen/Qwen3-Omni-30B-A3B-Instruct": ("<|audio_start|>", "<|audio_end|>")}
 #: the Qwen tokenizer's special tokens (their real ids) the toy tokenizer of ``_vllm_checkpoint`` holds
 QWEN_SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|vision_start|>": 151652,
                 "<|vision_end|>": 151653, "<|image_pad|>": 151655, "<|video_pad|>": 151656}
@@ -918,11 +929,26 @@ def _omni_hashes(model: str, items) -> dict[str, list[str]]:
                 for i in range(len(items[m]))] for m in OMNI_MEDIA}
 
 
-def kwargs_prompt(media: dict) -> list[int]:
+def kwargs_prompt(media: dict, model: str = "") -> list[int]:
     """A kwargs job's prompt: each image's placeholder, then each video's, between the vision
-    markers (151652, 151653)."""
+    markers (151652, 151653), then each clip's between the Omni thinker's audio markers."""
     pads = [151655] * len(media.get("image", ())) + [151656] * len(media.get("video", ()))
-    return [1, *[t for pad in pads for t in (151652, pad, 151653)], 2]
+    clips = [t for _ in media.get("audio", ()) for t in (OMNI[model][1][0], [*OMNI[model][0].values()][-1],
+                                                        OMNI[model][1][1])]
+    return [1, *[t for pad in pads for t in (151652, pad, 151653)], *clips, 2]
+
+
+def _special_tokens(model: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The toy tokenizer's special tokens (token -> real id: ``QWEN_SPECIAL``, an Omni
+    thinker's own over those of the same ids) and the tokens an Omni thinker's HF processor
+    reads off the tokenizer (its ``extra_special_tokens``: attribute -> token)."""
+    if model not in OMNI:
+        return QWEN_SPECIAL, {}
+    (image, video, audio), (bos, eos) = OMNI[model][0], OMNI_AUDIO_MARKERS[model]
+    ids = {**OMNI[model][0], bos: OMNI[model][1][0], eos: OMNI[model][1][1]}
+    special = {token: i for token, i in QWEN_SPECIAL.items() if i not in ids.values()} | ids
+    return special, dict(image_token=image, video_token=video, audio_token=audio, audio_bos_token=bos,
+                         audio_eos_token=eos, vision_bos_token="<|vision_start|>", vision_eos_token="<|vision_end|>")
 
 
 def _vllm_checkpoint(model: str, root: Path) -> Path:
@@ -930,25 +956,27 @@ def _vllm_checkpoint(model: str, root: Path) -> Path:
     (vLLM's model id, the keys', is then the hub id with ``root`` the cwd): the preset's JSON
     files, config.json naming the architecture, and a toy tokenizer, a WordLevel vocabulary
     holding the Qwen special tokens at their real ids (``QWEN_SPECIAL``) and a dummy word at
-    every other id: the prompts are token ids, and the processor reads only those ids of it."""
+    every other id: the prompts are token ids, and the processor reads only those ids of it
+    (an Omni thinker's, ``_special_tokens``)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    preset = _preset(model)
+    preset, (special, extra) = _preset(model), _special_tokens(model)
     directory = root / model
     directory.mkdir(parents=True, exist_ok=True)
     files = {"config.json": {**preset["config"], "architectures": [ARCHITECTURES[preset["config"]["model_type"]]]},
              "preprocessor_config.json": preset["preprocessor_config"],
              "video_preprocessor_config.json": preset.get("video_preprocessor_config"),
              "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
-                                       "pad_token": "<|endoftext|>", "model_max_length": 131072}}
+                                       "pad_token": "<|endoftext|>", "model_max_length": 131072,
+                                       **({"extra_special_tokens": extra} if extra else {})}}
     for name, content in files.items():
         if content is not None:
             (directory / name).write_text(json.dumps(content))
-    names = {i: token for token, i in QWEN_SPECIAL.items()}
-    vocab = {"[UNK]": 0, **{names.get(i, f"<d{i}>"): i for i in range(1, max(QWEN_SPECIAL.values()) + 4)}}
+    names = {i: token for token, i in special.items()}
+    vocab = {"[UNK]": 0, **{names.get(i, f"<d{i}>"): i for i in range(1, max(special.values()) + 4)}}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.add_special_tokens(list(QWEN_SPECIAL))
+    tokenizer.add_special_tokens(list(special))
     tokenizer.save(str(directory / "tokenizer.json"))
     return directory
 
@@ -957,24 +985,31 @@ def _vllm_apply(model: str, kwargs: dict | None, media: dict[str, list[bytes]]):
     """vLLM 0.33.0's own processor (``MULTIMODAL_REGISTRY.create_processor``) of an engine of
     ``model`` in ENGINE_DTYPE started with ``--mm-processor-kwargs kwargs``, its ``apply`` run
     on the job's media as vLLM's connector loads them (videos by the model's loader,
-    VIDEO_MODELS) and its parser parses them, in ``kwargs_prompt``, with no request kwargs
+    VIDEO_MODELS, an Omni thinker's as vLLM picks it) and its parser parses them, in
+    ``kwargs_prompt``, with no request kwargs
     (the worker's jobs carry none). The cwd holds the checkpoints (``_vllm_checkpoint``)."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
+    from vllm.multimodal.media.audio import AudioMediaIO
     from vllm.multimodal.media.image import ImageMediaIO
     from vllm.multimodal.media.video import VideoMediaIO
     from vllm.multimodal.processing.context import TimingContext
     from vllm.multimodal.processing.inputs import ProcessorInputs
+    from vllm.multimodal.video import get_video_loader_backend_for_processor
+    from vllm.transformers_utils.processor import get_video_processor_cls_name_from_config
 
-    _vllm_checkpoint(model, Path.cwd())
+    directory = _vllm_checkpoint(model, Path.cwd())
     proc = MULTIMODAL_REGISTRY.create_processor(ModelConfig(
         model=model, tokenizer=model, mm_processor_kwargs=kwargs, dtype=ENGINE_DTYPE, max_model_len=32768))
+    loader = VIDEO_MODELS[model][0] if model in VIDEO_MODELS else get_video_loader_backend_for_processor(
+        get_video_processor_cls_name_from_config(str(directory)))
     loaded = {"image": [ImageMediaIO().load_bytes(raw) for raw in media.get("image", [])],
-              "video": [VideoMediaIO(ImageMediaIO(), video_backend=VIDEO_MODELS[model][0]).load_bytes(raw)
-                        for raw in media.get("video", [])]}
+              "video": [VideoMediaIO(ImageMediaIO(), video_backend=loader).load_bytes(raw)
+                        for raw in media.get("video", [])],
+              "audio": [AudioMediaIO().load_bytes(raw) for raw in media.get("audio", [])]}
     items = proc.info.parse_mm_data({m: v for m, v in loaded.items() if v})
-    inputs = ProcessorInputs(kwargs_prompt(media), items, None, hf_processor_mm_kwargs={}, media_io_kwargs={},
-                             cache=None)
+    inputs = ProcessorInputs(kwargs_prompt(media, model), items, None, hf_processor_mm_kwargs={},
+                             media_io_kwargs={}, cache=None)
     return proc, proc.apply(inputs, TimingContext(enabled=False))
 
 
@@ -1002,21 +1037,26 @@ def _kwargs_entries(inputs: Path, encoder, decoder) -> tuple[list[dict], list[di
 def _kwargs_entry(model: str, kwargs: dict, keys: dict, media: dict, encoder, decoder) -> dict:
     """One engine's job: the expanded ids, each item's PlaceholderRange, key and grid, the
     sha256 of its bytes; and the keys and grids of the same job for an engine without
-    kwargs: the keys equal (the engine's kwargs are no hash factor), the grids differ."""
+    kwargs: the keys equal (the engine's kwargs are no hash factor), the grids differ, the
+    clips' items are the same bytes (the audio extractor takes no pixel bound)."""
     _, out = _vllm_apply(model, kwargs, media)
     _, default = _vllm_apply(model, None, media)
-    grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in out["mm_kwargs"][m]] for m in media}
-    default_grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in default["mm_kwargs"][m]] for m in media}
+    visual = [m for m in media if m != "audio"]
+    grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in out["mm_kwargs"][m]] for m in visual}
+    default_grids = {m: [item[f"{m}_grid_thw"].data.tolist() for item in default["mm_kwargs"][m]] for m in visual}
     hashes = {m: list(out["mm_hashes"][m]) for m in media}
     assert hashes == {m: list(default["mm_hashes"][m]) for m in media} and grids != default_grids
     items = {m: [_item_entry(item, encoder, decoder) for item in out["mm_kwargs"][m]] for m in media}
+    assert items.get("audio") == ([_item_entry(item, encoder, decoder) for item in default["mm_kwargs"]["audio"]]
+                                  if "audio" in media else None)
     print(f"kwargs {model} {kwargs}: grids {grids} (default engine {default_grids}), keys as the default engine's, "
           f"items {({m: [e['bytes'] for e in v] for m, v in items.items()})} bytes")
     return {"model": model, "mm_processor_kwargs": json.dumps(kwargs, sort_keys=True), "media": keys,
-            "prompt": kwargs_prompt(media), "prompt_token_ids": [int(t) for t in out["prompt_token_ids"]],
+            "prompt": kwargs_prompt(media, model), "prompt_token_ids": [int(t) for t in out["prompt_token_ids"]],
             "placeholders": {m: _placeholders(out["mm_placeholders"][m]) for m in media}, "hashes": hashes,
             "default_engine_hashes": hashes, "grids": grids, "default_engine_grids": default_grids, "items": items,
-            "dtypes": {m: _dtypes(out["mm_kwargs"][m][0]) for m in media}}
+            "dtypes": {m: _dtypes(out["mm_kwargs"][m][0]) for m in media},
+            **({"audio_as_default_engine": True} if "audio" in media else {})}
 
 
 def _kwargs_refused(model: str, kwargs: dict, key: str, raw: bytes) -> dict:

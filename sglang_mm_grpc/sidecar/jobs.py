@@ -59,7 +59,16 @@ IMAGE_FIELDS = vllm_image.IMAGE_FIELDS
 #: worker's jobs carry none: vllm/renderers/base.py:966-1003). Checked against vLLM's own
 #: ``apply`` (scripts/gen_vllm_fixtures.py, MANIFEST.json "engine_kwargs").
 PIXEL_KWARGS = ("min_pixels", "max_pixels")
-PIXEL_KWARGS_FAMILIES = ("qwen_vl",)
+#: The Omni thinkers pass the flat kwargs to their HF processor unrouted (``call_hf_processor``,
+#: context.py:402-413, merges them without ``supported_mm_processor_kwargs``), which gives each
+#: to every modality declaring it (transformers 5.24 processing_utils.py:1755, ``_merge_kwargs``):
+#: the image and video processors (Qwen2-VL's) take them as above; for a job with a video, vLLM
+#: replaces the processor's ``videos_kwargs`` size (the bounds of an engine without kwargs)
+#: with the video processor's own, from preprocessor_config.json, under the engine's bounds
+#: (model_executor/models/qwen2_5_omni_thinker.py:591-605, Qwen3-Omni's by inheritance), so a
+#: video bound not given is the checkpoint's, as an image's is. The audio extractor takes none.
+PIXEL_KWARGS_FAMILIES = ("qwen_vl", "qwen3_omni", "qwen2_5_omni")
+OMNI_FAMILIES = ("qwen3_omni", "qwen2_5_omni")
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class Engine:
     def __post_init__(self) -> None:
         """Its dtype is one vLLM runs in (the floating tensors are cast to it); its media
         kwargs (sampling, decoders) change its videos and hashes: refused; its processor
-        kwargs: min_pixels / max_pixels for the Qwen-VL families only (``pixel_options``)."""
+        kwargs: min_pixels / max_pixels for the Qwen-VL and Omni families only (``pixel_options``)."""
         vllm_items.check_engine_dtype(self.fingerprint.dtype)
         value = self.fingerprint.media_io_kwargs
         if json.loads(value or "{}"):
@@ -101,17 +110,19 @@ class Engine:
 
 def pixel_options(kwargs: str, family: Family | None) -> tuple[ImageOptions | None, VideoOptions | None]:
     """Each job's image and video options for the engine's ``mm_processor_kwargs`` (the
-    fingerprint's JSON): none for {}; for a Qwen-VL family, both bounds of both processors,
-    each the engine's or that processor's own (``_bounds``). ValueError naming what is
-    refused and why: vLLM would process with kwargs the sidecar does not reproduce."""
+    fingerprint's JSON): none for {}; for a Qwen-VL family or an Omni thinker, both bounds of
+    both processors, each the engine's or that processor's own (``_bounds``; an Omni video's:
+    the checkpoint's, ``OMNI_FAMILIES``). ValueError naming what is refused and why: vLLM
+    would process with kwargs the sidecar does not reproduce."""
     given = json.loads(kwargs or "{}")
     if not given:
         return None, None
     name = getattr(family, "name", None)
     if family is None or not isinstance(given, dict) or name not in PIXEL_KWARGS_FAMILIES:
         raise ValueError(f"the engine's mm_processor_kwargs ({kwargs}): this sidecar reproduces them only as "
-                         f"min_pixels / max_pixels for the Qwen-VL families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), not for "
-                         f"{name or 'this engine'}; start the worker without them")
+                         f"min_pixels / max_pixels for the Qwen-VL families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and the "
+                         f"Omni thinkers (Qwen2.5-Omni, Qwen3-Omni), not for {name or 'this engine'}; start the worker "
+                         "without them")
     for key, value in given.items():
         if isinstance(value, dict):
             raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is a scoped form: vLLM "
@@ -129,6 +140,8 @@ def pixel_options(kwargs: str, family: Family | None) -> tuple[ImageOptions | No
             raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is not a positive "
                              "integer, which is all this sidecar reproduces of it")
     (lo, hi), video = _bounds(given, family.config, "image"), family.config.video
+    if name in OMNI_FAMILIES and video is not None:  # the video processor's own bounds (OMNI_FAMILIES)
+        video = family.config
     if video is None:
         return ImageOptions(min_pixels=lo, max_pixels=hi), None
     lo_v, hi_v = _bounds(given, video, "video")

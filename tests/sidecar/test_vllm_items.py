@@ -492,6 +492,7 @@ def test_refused_for_vllms_torchvision_class(entry):
 
 
 ENGINE_KWARGS = MANIFEST["engine_kwargs"]
+OMNI3 = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
 
 
 @pytest.mark.parametrize("entry", ENGINE_KWARGS, ids=lambda e: f"{e['model']}-{e['mm_processor_kwargs']}")
@@ -499,13 +500,22 @@ def test_engine_kwargs_results_are_vllms(entry):
     """An engine started with ``--mm-processor-kwargs`` min_pixels / max_pixels: the
     sidecar's ids, ranges, keys and item bytes are what vLLM 0.33.0's own processor
     (``apply``) made of the job for that engine; its grids are not the default engine's,
-    its keys are (the engine's kwargs are no hash factor)."""
+    its keys are (the engine's kwargs are no hash factor). An Omni job's clip: its range is
+    vLLM's, its item the one the sidecar makes for an engine without kwargs, as vLLM's is (the
+    fixture script; the sidecar's clips are like vLLM's own path but for float rounding of
+    the features: "omni")."""
     if "video" in entry["media"]:
         pytest.importorskip("av")
     assert entry["hashes"] == entry["default_engine_hashes"] and entry["grids"] != entry["default_engine_grids"]
     modalities, media = _omni_media(entry)
     result = _run_job(entry["model"], entry["prompt"], media, modalities, entry["mm_processor_kwargs"])
-    _assert_per_modality(result, entry)
+    _assert_per_modality(result, {**entry, "items": {m: v for m, v in entry["items"].items() if m != "audio"}})
+    if "audio" in entry["media"]:
+        assert entry["audio_as_default_engine"]
+        assert [{"offset": p.offset, "length": p.length, "is_embed": p.is_embed}
+                for p in result.mm_placeholders["audio"]] == entry["placeholders"]["audio"]
+        default = _run_job(entry["model"], entry["prompt"], media, modalities)
+        assert result.mm_kwargs["audio"] == default.mm_kwargs["audio"]
     for modality, grids in entry["grids"].items():
         got = [msgspec.msgpack.decode(raw)[f"{modality}_grid_thw"]["data"][2].data for raw in result.mm_kwargs[modality]]
         assert [np.frombuffer(g, np.int64).tolist() for g in got] == grids
@@ -513,7 +523,8 @@ def test_engine_kwargs_results_are_vllms(entry):
 
 def test_the_engine_kwargs_fixtures_change_each_bound_and_both_modalities():
     """A min that raises the PNG's grid and a max that lowers the JPEG's in one job, a max
-    alone, Qwen2.5-VL's video, Qwen3-VL's images."""
+    alone, Qwen2.5-VL's video, Qwen3-VL's images; each Omni thinker's image, video and clip,
+    and Qwen3-Omni's max alone, whose video min is the checkpoint's 3136 (below that max)."""
     kwargs = {(e["model"], e["mm_processor_kwargs"]): e for e in ENGINE_KWARGS}
     both = kwargs[(QWEN, '{"max_pixels": 50176, "min_pixels": 12544}')]
     (png, jpeg), (png0, jpeg0) = both["grids"]["image"], both["default_engine_grids"]["image"]
@@ -521,6 +532,11 @@ def test_the_engine_kwargs_fixtures_change_each_bound_and_both_modalities():
     assert (QWEN, '{"max_pixels": 12544}') in kwargs
     assert {m for e in ENGINE_KWARGS if "Qwen2.5" in e["model"] for m in e["grids"]} >= {"video"}
     assert any("Qwen3" in e["model"] for e in ENGINE_KWARGS)
+    omni = {e["model"]: e for e in ENGINE_KWARGS if "Omni" in e["model"]}
+    assert set(omni) == {"Qwen/Qwen2.5-Omni-7B", OMNI3} and all(set(e["media"]) == {"image", "video", "audio"}
+                                                                for e in omni.values())
+    (video,) = kwargs[(OMNI3, '{"max_pixels": 12544}')]["grids"]["video"]
+    assert video[1] * video[2] * 16 * 16 <= 12544
 
 
 def test_bounds_that_cross_are_refused_where_vllm_scales_past_max_pixels():
@@ -546,8 +562,10 @@ def test_bounds_that_cross_are_refused_where_vllm_scales_past_max_pixels():
     (QWEN, '{"min_pixels": 0}', "'min_pixels' (0) is not a positive integer"),
     (QWEN, '{"min_pixels": 20000000}', "min_pixels 20000000 (the engine's) above max_pixels 12845056 (the image "
                                        "processor's default)"),
-    ("Qwen/Qwen2.5-Omni-7B", '{"max_pixels": 12544}', "for the Qwen-VL families (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), "
-                                                       "not for qwen2_5_omni"),
+    ("Qwen/Qwen2.5-Omni-7B", '{"max_pixels": 2000}', "min_pixels 3136 (the image processor's default) above "
+                                                      "max_pixels 2000 (the engine's)"),
+    (OMNI3, '{"min_pixels": 20000000}', "min_pixels 20000000 (the engine's) above max_pixels 12845056"),
+    (OMNI3, '{"fps": 1.0}', "'fps' (1.0) is not reproduced"),
     (LLAMA4, '{"max_pixels": 12544}', "not for llama4"),
     ("thinkingmachines/Inkling", '{"max_pixels": 12544}', "not for inkling"),
 ])
@@ -574,3 +592,13 @@ def test_media_io_kwargs_are_refused_and_the_pixel_bounds_reach_each_job():
     image, video = jobs.engine_for(pp, _fingerprint(pp.name, '{"max_pixels": 65536}'), "data").options
     assert (image.min_pixels, image.max_pixels, video.min_pixels, video.max_pixels) == (65536, 65536, 4096, 65536)
     assert jobs.engine_for(pp, _fingerprint(pp.name), "data").options == (None, None)
+
+
+def test_an_omni_videos_bound_not_given_is_the_checkpoints():
+    """For an Omni thinker vLLM resizes a video by the video processor's own size under the
+    engine's kwargs (qwen2_5_omni_thinker.py:591-605), not by the processor's ``videos_kwargs``
+    of an engine without them: the min for a max alone is 3136, not 131072."""
+    pp = jobs.load_model(OMNI3, "torchvision")
+    assert (pp.family.config.video.min_pixels, pp.family.config.video.max_pixels) == (131072, 786432)
+    image, video = jobs.engine_for(pp, _fingerprint(OMNI3, '{"max_pixels": 12544}'), "data").options
+    assert (image.min_pixels, image.max_pixels, video.min_pixels, video.max_pixels) == (3136, 12544, 3136, 12544)
