@@ -14,6 +14,8 @@
   images first fill the server's preprocessing cache until it evicts, as on a server that
   has run a while (until then each image the cache keeps is memory the process faults in
   fresh, ~13 ms per 22.5 MB float32 tensor on a 2-vCPU VM);
+* the same SHM uint8 one-shot alternated call by call with the in-process raw call, so
+  both see the machine as it is then: p50 of each and the ratio;
 * the gRPC floor: a bare ``grpc.aio`` server answering the same JPEG at once, p50: what
   gRPC alone costs that call shape, under the server's overhead over in-process.
 
@@ -105,6 +107,7 @@ def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
                     out[f"{key}_server_p50_ms"] = statistics.median(server_ms[1:])
                     out[f"{key}_over_inprocess"] = out[f"{key}_p50_ms"] / inproc[dtype]
                     out[f"{key}_bytes"] = call().ByteSize()
+            out.update(_interleaved(stub, fresh, repeat))
     finally:
         srv.proc.terminate()
         srv.proc.wait(30)
@@ -115,7 +118,40 @@ def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
             print(f"server one-shot vLLM, {transport:<6} {dtype:<7}: p50 {out[f'{key}_p50_ms']:7.2f} ms "
                   f"({out[f'{key}_over_inprocess']:.2f}x in-process {inproc[dtype]:.2f}; the server's own "
                   f"{out[f'{key}_server_p50_ms']:.2f}), response {out[f'{key}_bytes'] / 1e6:.2f} MB")
+    print(f"the SHM uint8 one-shot alternated with the in-process call: p50 {out['alternated_shm_uint8_p50_ms']:.2f} "
+          f"ms against {out['alternated_inprocess_p50_ms']:.2f} ({out['alternated_shm_uint8_over_inprocess']:.2f}x)")
     return out
+
+
+def _interleaved(stub, fresh, repeat: int) -> dict:
+    """The SHM uint8 one-shot and the in-process raw call, alternated on new images so both
+    see the machine as it is then (the rows above time the in-process call minutes
+    earlier): p50 of each and their ratio."""
+    from smg_grpc_servicer import mm_shm
+
+    from sglang_mm_grpc import Preprocessor
+    from sglang_mm_grpc._proto.sglang_mm.v1 import preprocessor_pb2 as pb
+    from sglang_mm_grpc.client import payload_options
+
+    pp = Preprocessor.from_model(SERVER_MODEL, cache_bytes=0)
+    pp.warmup()
+    req = pb.PreprocessRequest(model=SERVER_MODEL, images=[pb.MediaItem()], backend=pb.BACKEND_VLLM,
+                               payload_options=payload_options("uint8", "shm"))
+    local: list[float] = []
+    remote: list[float] = []
+    for _ in range(repeat + 1):
+        data = next(fresh)
+        t0 = time.perf_counter()
+        pp.preprocess([data], raw=True)
+        local.append((time.perf_counter() - t0) * 1e3)
+        req.images[0].data = next(fresh)
+        t0 = time.perf_counter()
+        resp = stub.Preprocess(req, timeout=60)
+        remote.append((time.perf_counter() - t0) * 1e3)
+        mm_shm.tensor_payload_bytes(resp.payload.vllm.pixel_values)  # the worker's read, untimed
+    server, inproc = statistics.median(remote[1:]), statistics.median(local[1:])
+    return {"alternated_shm_uint8_p50_ms": server, "alternated_inprocess_p50_ms": inproc,
+            "alternated_shm_uint8_over_inprocess": server / inproc}
 
 
 def _echo_server(port_out) -> None:
