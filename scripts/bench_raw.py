@@ -107,7 +107,7 @@ def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
                     out[f"{key}_server_p50_ms"] = statistics.median(server_ms[1:])
                     out[f"{key}_over_inprocess"] = out[f"{key}_p50_ms"] / inproc[dtype]
                     out[f"{key}_bytes"] = call().ByteSize()
-            out.update(_interleaved(stub, fresh, repeat))
+            out.update(_alternated(stub, fresh, repeat))
     finally:
         srv.proc.terminate()
         srv.proc.wait(30)
@@ -123,7 +123,7 @@ def bench_server(repeat: int, photo: bytes, inproc: dict) -> dict:
     return out
 
 
-def _interleaved(stub, fresh, repeat: int) -> dict:
+def _alternated(stub, fresh, repeat: int) -> dict:
     """The SHM uint8 one-shot and the in-process raw call, alternated on new images so both
     see the machine as it is then (the rows above time the in-process call minutes
     earlier): p50 of each and their ratio."""

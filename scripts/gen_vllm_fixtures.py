@@ -185,7 +185,7 @@ OMNI_TENSORS = Path(tempfile.gettempdir()) / "sglang_mm_omni_tensors.npz"  # mad
 #: from the inputs (each image's, then each video's, placeholder between the vision markers). The
 #: first changes the PNG's grid (min) and the large JPEG's (max); the second is max only. The Omni
 #: thinkers' jobs add a clip (after the videos, between the audio markers), which the kwargs leave as it is;
-#: their max alone keeps the video min at the checkpoint's 3136, below the max (jobs.OMNI_FAMILIES).
+#: their max alone keeps the video min at the checkpoint's 3136, below the max (sidecar jobs.pixel_options).
 KWARGS_ENGINES = [
     ("Qwen/Qwen2-VL-7B-Instruct", {"min_pixels": 12544, "max_pixels": 50176},
      {"image": ["one/png0", "llama4/jpeg1"], "video": ["video/clamp"]}),

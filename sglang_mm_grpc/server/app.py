@@ -379,7 +379,6 @@ class Server:
             "fetch": self.fetcher.stats if self.fetcher is not None else {},
             "cache": self.cache.stats if self.cache is not None else None,
             "store": self.store.stats(),
-            "media": self.servicer.media_ids.stats() if self.servicer is not None else self.media.stats(),
         }
 
     async def load(self) -> None:

@@ -67,8 +67,7 @@ PIXEL_KWARGS = ("min_pixels", "max_pixels")
 #: with the video processor's own, from preprocessor_config.json, under the engine's bounds
 #: (model_executor/models/qwen2_5_omni_thinker.py:591-605, Qwen3-Omni's by inheritance), so a
 #: video bound not given is the checkpoint's, as an image's is. The audio extractor takes none.
-PIXEL_KWARGS_FAMILIES = ("qwen_vl", "qwen3_omni", "qwen2_5_omni")
-OMNI_FAMILIES = ("qwen3_omni", "qwen2_5_omni")
+PIXEL_KWARGS_FAMILIES = ("qwen_vl", *vllm_video.OMNI)
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def pixel_options(kwargs: str, family: Family | None) -> tuple[ImageOptions | No
     """Each job's image and video options for the engine's ``mm_processor_kwargs`` (the
     fingerprint's JSON): none for {}; for a Qwen-VL family or an Omni thinker, both bounds of
     both processors, each the engine's or that processor's own (``_bounds``; an Omni video's:
-    the checkpoint's, ``OMNI_FAMILIES``). ValueError naming what is refused and why: vLLM
+    the checkpoint's, ``vllm_video.OMNI``). ValueError naming what is refused and why: vLLM
     would process with kwargs the sidecar does not reproduce."""
     given = json.loads(kwargs or "{}")
     if not given:
@@ -140,7 +139,7 @@ def pixel_options(kwargs: str, family: Family | None) -> tuple[ImageOptions | No
             raise ValueError(f"the engine's mm_processor_kwargs {key!r} ({json.dumps(value)}) is not a positive "
                              "integer, which is all this sidecar reproduces of it")
     (lo, hi), video = _bounds(given, family.config, "image"), family.config.video
-    if name in OMNI_FAMILIES and video is not None:  # the video processor's own bounds (OMNI_FAMILIES)
+    if name in vllm_video.OMNI and video is not None:  # the video processor's own bounds (above)
         video = family.config
     if video is None:
         return ImageOptions(min_pixels=lo, max_pixels=hi), None
