@@ -34,6 +34,15 @@ it, or /dev/shm itself is short of space, ``create`` returns None and the caller
 the tensor inline. Segments are pre-faulted: a background thread keeps a few files of
 the recently needed size allocated and mapped, so writing a tensor is a plain memory
 copy (or the kernels' own writes) rather than a page fault per 4 KiB.
+
+A pooled file has a second name of its own, its *home* (another ``sglang-mm.<owner_id>.``
+name, never handed out): a segment is its file linked under a new name. When a reader
+removes the name of a segment nothing here reads any more (a one-shot payload's, an
+Assemble's copy; not a kept result's), the file, its pages and its mapping go back to the
+pool for the next segment of up to its size: no new file, no zeroed pages, no page
+faults, nothing freed. Readers read before they unlink (``mm_shm``: open, ``pread``,
+close, unlink), so a name gone means its bytes were read; a name this server removed
+itself (a lease, a Release) takes its file with it, since a reader may still be reading.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import itertools
 import json
 import logging
 import mmap
@@ -76,6 +86,9 @@ STAGED, OUT, GONE = "staged", "out", "gone"
 #: that write several times over on a machine with few cores. A writer that never says
 #: it is done (``written``) holds the refill back this long at most.
 WRITE_WAIT_S = 1.0
+#: How many of the recycled segments out longest a new segment looks at (one ``lstat``
+#: each) for a file to reuse; the reaper looks at all.
+RECLAIM_LOOKS = 32
 
 
 def namespace_id(directory: str = SHM_DIR) -> str:
@@ -251,6 +264,14 @@ class Segment:
     handle: str = ""  # the kept result it belongs to, if any
     owner_id: str = ""
     removed: bool = False  # claimed by one remover (under the arena's lock)
+    #: The file's own name in the pool ("" when it has none): it outlives the reader's
+    #: unlink of ``name``, so the file serves a later segment. A pool entry's name is it.
+    home: str = ""
+
+    @property
+    def capacity(self) -> int:
+        """The most bytes a later segment in this file may hold: the mapping's length."""
+        return len(self.map) if self.map is not None else 0
 
     def buffer(self) -> np.ndarray:
         """The segment's bytes as a writable uint8 array (while it is mapped)."""
@@ -300,6 +321,8 @@ class ShmArena:
         self._wake = threading.Event()
         self._writing: dict[str, float] = {}  # segments being written: name -> time.monotonic() taken
         self._unmaps: deque[Segment] = deque()  # mappings the background thread drops
+        self._recycling: dict[str, Segment] = {}  # handed out, read by nobody here: name -> segment
+        self._links = True  # files get a home name (False once a link failed here)
         self._closed = False
         self._filler: threading.Thread | None = None
         self._record_fd = -1  # this instance's liveness record, locked while it lives
@@ -465,18 +488,26 @@ class ShmArena:
             raise ValueError("a segment holds at least one byte")
         seg = self._from_pool(nbytes)
         if seg is None:
-            if not self._reserve(nbytes):
+            capacity = -(-nbytes // _MiB) * _MiB if self._homes() else nbytes
+            if not self._reserve(capacity):
                 with self._lock:
                     self.counters.inline_fallbacks += 1
                 return None
             try:
-                seg = self._new_file(nbytes, accounted=nbytes)
+                seg = self._new_file(nbytes, accounted=capacity, capacity=capacity, home=self._homes())
             except OSError as e:
-                self._unreserve(nbytes)
+                self._unreserve(capacity)
                 log.warning("cannot create a shared-memory segment of %d bytes: %s; sending inline", nbytes, e)
                 with self._lock:
                     self.counters.inline_fallbacks += 1
                 return None
+            with self._lock:
+                self._live[seg.name] = seg
+        if seg.home and not self._named(seg):
+            self._remove(seg, "", count=False)
+            with self._lock:
+                self.counters.inline_fallbacks += 1
+            return None
         seg.handle = handle
         with self._lock:
             self._live[seg.name] = seg
@@ -506,7 +537,13 @@ class ShmArena:
             return False
         return st.f_bavail * st.f_frsize >= nbytes + RESERVE_BYTES
 
-    def _new_file(self, nbytes: int, accounted: int) -> Segment:
+    def _homes(self) -> bool:
+        """Whether new files get a home name (a pool, and links that work here)."""
+        return self._pool_segments > 0 and self._links
+
+    def _new_file(self, nbytes: int, accounted: int, capacity: int | None = None, home: bool = False) -> Segment:
+        """A file of ``nbytes`` mapped for ``capacity`` bytes (a later segment in it may
+        grow to that), named as a segment, or as its own home (``home``)."""
         name = self.prefix + secrets.token_hex(16)
         path = os.path.join(self.directory, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self.mode)
@@ -519,32 +556,100 @@ class ShmArena:
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise
                 os.ftruncate(fd, nbytes)
-            m = _mapped(fd, nbytes)
+            length = max(nbytes, capacity or 0)
+            if length > nbytes:  # mmap maps no more than the file holds: room first, then the size
+                os.ftruncate(fd, length)
+            m = _mapped(fd, nbytes, length)
+            if length > nbytes:
+                os.ftruncate(fd, nbytes)
         except BaseException:
             os.close(fd)
             _unlink(path)
             raise
-        return Segment(name, nbytes, accounted, fd, m, owner_id=self.owner_id)
+        return Segment(name, nbytes, accounted, fd, m, owner_id=self.owner_id, home=name if home else "")
+
+    def _named(self, seg: Segment) -> bool:
+        """Give a file taken from its home a new segment name: a second link, so the file
+        outlives its reader's unlink; where links cannot be made, its home becomes its name
+        (renamed: no second name, no reuse). False when neither worked (nothing changed)."""
+        name = self.prefix + secrets.token_hex(16)
+        home, new = os.path.join(self.directory, seg.home), os.path.join(self.directory, name)
+        try:
+            if self._links:
+                try:
+                    os.link(home, new)
+                except OSError as e:
+                    log.warning("cannot link shared-memory segments in %s (%s): each is a new file", self.directory, e)
+                    self._links = False
+            if not self._links:
+                os.rename(home, new)
+                seg.home = ""
+        except OSError as e:
+            log.warning("cannot name a shared-memory segment: %s; sending inline", e)
+            return False
+        with self._lock:
+            self._live.pop(seg.name, None)
+            seg.name = name
+        return True
 
     # -- the pre-faulted pool --------------------------------------------------------------
 
     def _from_pool(self, nbytes: int) -> Segment | None:
+        """A pooled file cut (or grown) to ``nbytes``: one of the same size first, else the
+        smallest that holds it. A file with a home stays counted at its capacity, what it
+        may grow to; one without gives its tail back."""
+        self._reclaim()
         with self._lock:
-            fits = [s for s in self._pool if s.nbytes >= nbytes]
+            fits = [s for s in self._pool if s.capacity >= nbytes]
             if not fits:
                 return None
-            seg = min(fits, key=lambda s: s.nbytes)
+            seg = min(fits, key=lambda s: (s.nbytes != nbytes, s.capacity))
             self._pool.remove(seg)
+            seg.state = STAGED
         if seg.nbytes != nbytes:
             try:
-                os.ftruncate(seg.fd, nbytes)  # give the tail back now
+                os.ftruncate(seg.fd, nbytes)  # the bytes past it are no segment's
             except OSError:
                 self._remove(seg, "failed", count=False)
                 return None
-            with self._lock:
-                self._bytes -= seg.accounted - nbytes
-            seg.accounted = seg.nbytes = nbytes
+            if not seg.home:
+                with self._lock:
+                    self._bytes -= seg.accounted - nbytes
+                seg.accounted = nbytes
+            seg.nbytes = nbytes
         return seg
+
+    def _recyclable(self, seg: Segment) -> bool:  # under the lock
+        """Handed out, and nothing here reads it any more: its file may be reused once read."""
+        return bool(seg.home) and seg.handle == "" and seg.state == OUT and not seg.removed and not self._closed
+
+    def _reclaim(self, limit: int | None = RECLAIM_LOOKS) -> None:
+        """The files of recycled segments whose readers removed their names go back to
+        the pool (those the pool has no room or use for, away in the background); looks at
+        the ``limit`` longest out (None: all)."""
+        with self._lock:
+            if not self._recycling:
+                return
+            waiting = list(itertools.islice(self._recycling.values(), limit))
+        for seg in waiting:
+            if os.path.lexists(os.path.join(self.directory, seg.name)):
+                continue
+            with self._lock:
+                if self._recycling.pop(seg.name, None) is None or seg.removed or seg.state != OUT:
+                    continue
+                seg.removed, seg.state = True, GONE
+                self.counters.read += 1
+                self._live.pop(seg.name, None)
+                entry = Segment(seg.home, seg.nbytes, seg.accounted, seg.fd, seg.map, state=GONE,
+                                owner_id=self.owner_id, home=seg.home)
+                seg.fd, seg.map, seg.home = -1, None, ""
+                self._live[entry.name] = entry
+                pooled = (not self._closed and entry.capacity >= self._pool_size
+                          and len(self._pool) < 2 * self._pool_segments)
+                if pooled:
+                    self._pool.append(entry)
+            if not pooled:
+                self._unmap_later(entry)  # then its fd and its home go
 
     def _learn(self, nbytes: int) -> None:
         """Pool segments are the size of the largest tensor recently asked for (rounded up
@@ -583,12 +688,13 @@ class ShmArena:
                     return
                 if self._being_written():  # written() wakes this thread when they are done
                     break
+                self._reclaim()
                 with self._lock:
                     if self._closed:
                         return
                     size = self._pool_size
-                    stale = [s for s in self._pool if s.nbytes < size]
-                    need = len([s for s in self._pool if s.nbytes >= size]) < self._pool_segments
+                    stale = [s for s in self._pool if s.capacity < size]
+                    need = len([s for s in self._pool if s.capacity >= size]) < self._pool_segments
                 for s in stale:  # smaller than what is asked for now
                     with self._lock:
                         if s not in self._pool:
@@ -598,7 +704,7 @@ class ShmArena:
                 if not need or not self._reserve(size):
                     break
                 try:
-                    seg = self._new_file(size, accounted=size)
+                    seg = self._new_file(size, accounted=size, home=self._links)
                 except OSError as e:
                     self._unreserve(size)
                     log.debug("pre-faulting a shared-memory segment failed: %s", e)
@@ -621,10 +727,18 @@ class ShmArena:
         starts now. ``keep_mapped``: a kept result still reads its bytes (staged tensors)."""
         with self._lock:
             self._sent(seg)
+            recycled = not keep_mapped and self._recycle(seg)
         self.written(seg)
-        if not keep_mapped:
+        if not keep_mapped and not recycled:
             self._unmap_later(seg)
         return seg.name, 0, seg.nbytes, self.owner_id
+
+    def _recycle(self, seg: Segment) -> bool:  # under the lock
+        """Reuse ``seg``'s file once its reader removed its name, if it can be."""
+        if not self._recyclable(seg):
+            return False
+        self._recycling[seg.name] = seg
+        return True
 
     def hand_out_staged(self, seg: Segment) -> tuple[str, int, int, str] | None:
         """``hand_out`` of a staged segment, which stays mapped for the result that reads
@@ -660,18 +774,23 @@ class ShmArena:
         for seg in segments:
             if seg.state == STAGED or (unread_too and seg.state == OUT):
                 self._remove(seg, why, count=True)
-            else:
+                continue
+            with self._lock:
+                recycled = self._recycle(seg)
+            if not recycled:
                 self._unmap_later(seg)
 
     def reap(self) -> int:
         """Note what readers removed; remove what outlived its lease. Returns how many were
         removed here."""
         now = self._clock()
+        self._reclaim(None)
         with self._lock:
             out = [s for s in self._live.values() if s.state == OUT]
+            recycling = set(self._recycling)
         n = 0
         for seg in out:
-            if not os.path.lexists(os.path.join(self.directory, seg.name)):
+            if seg.name not in recycling and not os.path.lexists(os.path.join(self.directory, seg.name)):
                 with self._lock:
                     if seg.state != OUT or seg.removed:
                         continue
@@ -728,6 +847,9 @@ class ShmArena:
             if self._live.pop(seg.name, None) is not None:
                 self._bytes -= seg.accounted
             fd, seg.fd = seg.fd, -1
+            home, seg.home = seg.home, ""
+        if home:
+            _unlink(os.path.join(self.directory, home))
         if fd >= 0:
             os.close(fd)
 
@@ -735,6 +857,7 @@ class ShmArena:
         with self._lock:
             if seg.removed:  # another thread is at it (reaper, a Release, shutdown)
                 return
+            self._recycling.pop(seg.name, None)  # removed here: a reader may still be at it
             seg.removed = True
             unread = seg.state != GONE
             seg.state = GONE
@@ -785,16 +908,18 @@ class ShmArena:
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 
-def _mapped(fd: int, nbytes: int) -> mmap.mmap:
-    """A shared writable mapping with its page table filled for writing, so writing the
-    tensor takes no fault at all (MADV_POPULATE_WRITE; before Linux 5.14, MAP_POPULATE,
-    which maps shared pages read-only and leaves one cheap write fault per page)."""
+def _mapped(fd: int, nbytes: int, length: int) -> mmap.mmap:
+    """A shared writable mapping of ``length`` bytes (past the file's ``nbytes``: room for
+    a later, larger segment in the same file), its page table filled for writing the
+    file's bytes, so writing the tensor takes no fault at all (MADV_POPULATE_WRITE; before
+    Linux 5.14, MAP_POPULATE, which maps shared pages read-only and leaves one cheap write
+    fault per page)."""
     prot = mmap.PROT_READ | mmap.PROT_WRITE
-    m = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=prot)
+    m = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=prot)
     if _populate_for_writing(m, nbytes):
         return m
     m.close()
-    return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=prot)
+    return mmap.mmap(fd, length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=prot)
 
 
 def _libc_madvise():

@@ -172,9 +172,9 @@ def test_pool_prefaults_and_truncates_to_size():
         from servers import wait_until
 
         time.sleep(0.3)
-        assert len(a.names()) == 1  # no refill beside a write into the segment just taken
+        assert len(a.names()) == 2  # the segment and its file's home: no refill beside the write
         a.written(first)
-        assert wait_until(lambda: len(a.names()) == 3, 10)
+        assert wait_until(lambda: len(a.names()) == 4, 10)  # and two spares, each its home alone
         seg = a.create(2 * MiB)  # from the pool, cut to size
         assert os.path.getsize(f"/dev/shm/{seg.name}") == 2 * MiB
         assert seg.buffer().size == 2 * MiB
@@ -213,3 +213,66 @@ def test_a_staged_segment_whose_payload_was_not_sent_is_taken_back(arena):
     assert arena.reap() == 0  # no lease runs for it: it is the kept result's again
     arena.drop_handle([seg], "release", unread_too=False)
     assert arena.stats()["removed"] == {"release": 1}
+
+
+def _ino(seg) -> int:
+    return os.fstat(seg.fd).st_ino
+
+
+def _read(seg_tuple) -> bytes:
+    return mm_shm.tensor_payload_bytes(handle_of(seg_tuple))
+
+
+@pytest.fixture
+def pooled():
+    a = shm.ShmArena(f"c{secrets.token_hex(4)}", budget_bytes=256 * MiB, lease_s=5, clock=Clock(), pool_segments=2)
+    yield a
+    a.close()
+    assert a.names() == []
+
+
+def test_a_read_segments_file_serves_the_next_one(pooled):
+    """Once its reader removed a handed-out segment's name, its file (pages and mapping)
+    holds the next segment of up to its size: no new file, each read sees its own bytes."""
+    from servers import wait_until
+
+    first = pooled.create(3 * MiB + 5)
+    first.buffer()[:] = 1
+    handed = pooled.hand_out(first)
+    assert wait_until(lambda: len(pooled.names()) == 4, 10)  # the segment, its home, two spares
+    assert _read(handed) == b"\x01" * (3 * MiB + 5)
+    homes = sorted(pooled.names())
+    files = {os.stat(f"/dev/shm/{n}").st_ino for n in homes}
+    for k, nbytes in enumerate([3 * MiB + 5, 2 * MiB, 4 * MiB, 3 * MiB + 5] * 2):  # as is, cut, grown
+        seg = pooled.create(nbytes)
+        assert _ino(seg) in files and seg.name not in homes
+        assert os.path.getsize(f"/dev/shm/{seg.name}") == nbytes
+        seg.buffer()[:] = k
+        assert _read(pooled.hand_out(seg)) == bytes([k]) * nbytes
+    assert sorted(pooled.names()) == homes  # no file made, none left
+    pooled.reap()  # notes the last read
+    assert pooled.stats()["read"] == 9 and pooled.stats()["written"] == 9 and pooled.stats()["segments"] == 0
+
+
+def test_a_segment_this_server_removed_takes_its_file_with_it(pooled):
+    """A name removed here (its lease ended, a Release) may still be being read: its file is
+    never reused, and its home goes with it."""
+    seg = pooled.create(MiB)
+    files, home = _ino(seg), seg.home
+    pooled.hand_out(seg)
+    pooled._clock.t += 5.1
+    assert pooled.reap() == 1
+    assert not os.path.exists(f"/dev/shm/{home}")
+    assert _ino(pooled.create(MiB)) != files
+
+
+def test_a_kept_results_segment_is_not_reused(pooled):
+    """A kept result reads its staged segment after the worker did (a later Assemble): its
+    file is never another segment's; it goes with the result."""
+    seg = pooled.create(MiB, handle="h")
+    seg.buffer()[:] = 7
+    _read(pooled.hand_out_staged(seg))
+    again = pooled.create(MiB)
+    assert _ino(again) != _ino(seg) and bytes(seg.buffer()[:4]) == b"\x07" * 4
+    pooled.drop_handle([seg], "expired", unread_too=False)
+    pooled.discard(again, "failed")
