@@ -645,7 +645,8 @@ class ShmArena:
                 seg.fd, seg.map, seg.home = -1, None, ""
                 self._live[entry.name] = entry
                 pooled = (not self._closed and entry.capacity >= self._pool_size
-                          and len(self._pool) < 2 * self._pool_segments)
+                          and len(self._pool) < 2 * self._pool_segments
+                          and sum(s.capacity for s in self._pool) + entry.capacity <= self.budget // 4)
                 if pooled:
                     self._pool.append(entry)
             if not pooled:

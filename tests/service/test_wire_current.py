@@ -124,8 +124,8 @@ def test_payload_reaches_the_consumer(every_preset, stubs, local, preset, backen
 
 def test_every_segment_was_read(every_preset):
     """Every segment handed out above was read by a stub (which removes it), and the server
-    saw that and closed it (in its background thread, just after): nothing is left but its
-    pre-faulted spares (never handed out)."""
+    saw that and took its file back for a later segment, or closed it: nothing is left but
+    the pool's files (its two spares, and at most two more given back by readers)."""
     with Client(every_preset.target) as c:
         info = wait_until(lambda: (i := c.server_info()).shm.read == i.shm.handed_out and i.shm.segments == 0 and i,
                           10) or c.server_info()
@@ -133,4 +133,4 @@ def test_every_segment_was_read(every_preset):
     # none removed unread but those written for payloads refused afterwards (vLLM + Pixtral sizes)
     assert set(info.shm.removed) <= {"failed"} and info.shm.segments == 0
     left = [n for n in os.listdir("/dev/shm") if n.startswith(f"sglang-mm.{info.shm_owner_id}.")]
-    assert len(left) <= 2, left
+    assert len(left) <= 4, left
