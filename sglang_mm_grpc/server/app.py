@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,6 +55,7 @@ from ..service.media_remote import DEFAULT_NAMESPACE, DEFAULT_TTL_S, TIMEOUT_S, 
 from ..service.media_store import MediaStore
 from ..service.servicer import SERVICE_NAME, PreprocessorServicer
 from .siblings import Siblings
+from .workers import WarmFirstExecutor
 from ..wire.shm import DEFAULT_LEASE_S, DEFAULT_MODE, ShmArena, default_owner_id
 from ..service.handles import HandleStore
 from ..service.transport import Transport, default_min_bytes, default_transport
@@ -202,7 +202,7 @@ class Server:
         if config.amx:
             amx.request()  # the resize kernels' tile multiplies, where the CPU has them
         self.workers = config.workers or default_threads()
-        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="mm-worker")
+        self.executor = WarmFirstExecutor(self.workers, thread_name_prefix="mm-worker")
         self.store: HandleStore = HandleStore(config.store_bytes, config.store_items, config.handle_ttl_s,
                                               on_drop=self._dropped)
         self.transport = Transport(None, transport=default_transport(config.tensor_transport),
