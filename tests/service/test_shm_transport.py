@@ -234,3 +234,33 @@ def test_response_over_the_send_limit_is_refused_before_sending(tmp_path):
         assert "Traceback" not in server.log_text()
     finally:
         server.stop()
+
+
+def test_reused_files_carry_each_calls_own_pixels(long, pp):
+    """One-shot raw payloads from four callers at once, images of three sizes: each
+    worker's read equals the in-process raw pixels of its own image, though the server
+    made later segments in the files of earlier ones its workers had read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from smg_grpc_servicer import mm_shm
+
+    raws = [imagegen.jpeg(h, w, seed=90 + h) for h, w in ((300, 420), (280, 392), (336, 448))]
+    want = [pp.preprocess([r], raw=True).pixel_values.tobytes() for r in raws]
+    raw_shm = payload_options("uint8", "shm")
+    files_seen = []
+
+    def caller(k: int) -> list[bool]:
+        same = []
+        with Client(long.target) as c:
+            for n in range(8):
+                i = (k + n) % len(raws)
+                td = c.preprocess(QWEN2, [raws[i]], backend="vllm", options=raw_shm).payload.vllm.pixel_values
+                files_seen.append(os.stat(f"/dev/shm/{td.shm.name}").st_ino)
+                time.sleep(0.002 * (k % 2))  # readers late and early: segments out at once
+                same.append(mm_shm.tensor_payload_bytes(td) == want[i])
+        return same
+
+    with ThreadPoolExecutor(4) as ex:
+        results = [ok for oks in ex.map(caller, range(4)) for ok in oks]
+    assert len(results) == 32 and all(results)
+    assert len(set(files_seen)) < 16, len(set(files_seen))  # files were reused, not made per call
