@@ -667,9 +667,13 @@ class ShmArena:
 
     def written(self, seg: Segment) -> None:
         """Its writer is done with ``seg`` (handing out and removing say so too): once no
-        segment is being written, the pool refills."""
+        segment is being written, the pool refills, if it lacks anything (with files given
+        back by readers it mostly does not: the background thread is then left asleep)."""
         with self._lock:
             if self._writing.pop(seg.name, None) is None or self._writing:
+                return
+            fits = sum(1 for s in self._pool if s.capacity >= self._pool_size)
+            if fits == len(self._pool) and fits >= self._pool_segments:
                 return
         self._wake.set()
 
