@@ -550,12 +550,7 @@ class ShmArena:
         try:
             if self.mode != DEFAULT_MODE:
                 os.fchmod(fd, self.mode)  # exactly as configured, whatever the umask
-            try:
-                os.posix_fallocate(fd, 0, nbytes)  # the pages now, not at the first write
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                os.ftruncate(fd, nbytes)
+            _resize(fd, 0, nbytes)  # the pages now, not at the first write
             length = max(nbytes, capacity or 0)
             if length > nbytes:  # mmap maps no more than the file holds: room first, then the size
                 os.ftruncate(fd, length)
@@ -608,7 +603,7 @@ class ShmArena:
             seg.state = STAGED
         if seg.nbytes != nbytes:
             try:
-                os.ftruncate(seg.fd, nbytes)  # the bytes past it are no segment's
+                _resize(seg.fd, seg.nbytes, nbytes)
             except OSError:
                 self._remove(seg, "failed", count=False)
                 return None
@@ -948,6 +943,20 @@ def _populate_for_writing(m: mmap.mmap, nbytes: int) -> bool:
     addr = ctypes.addressof(view)
     del view  # no export left: the mapping stays where it is while ``m`` is open
     return _madvise(addr, nbytes, _MADV_POPULATE_WRITE) == 0
+
+
+def _resize(fd: int, old: int, new: int) -> None:
+    """Cut a file to ``new`` bytes, or grow it with its pages allocated now: a full
+    ``/dev/shm`` then fails here (ENOSPC), never as a SIGBUS in the kernels' write."""
+    if new < old:
+        os.ftruncate(fd, new)
+        return
+    try:
+        os.posix_fallocate(fd, old, new - old)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, new)
 
 
 def _unlink(path: str) -> None:
