@@ -31,7 +31,8 @@ class Payloads:
         ta = time.perf_counter()
         assembled = asm.assemble(out, backend, layouts[0], into=resp.payload, options=resolved.wire,
                                  arena=self.transport.arena, staged=staged, video_field_layout=layouts[1],
-                                 image_defaults=layouts[2], audio_field_layout=layouts[3])
+                                 image_defaults=layouts[2], audio_field_layout=layouts[3],
+                                 expanded_ids=resp.input_ids)
         now = time.perf_counter()
         assemble_ms = resp.timings.assemble_ms = (now - ta) * 1e3
         resp.timings.total_ms = (now - t0) * 1e3

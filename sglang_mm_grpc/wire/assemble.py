@@ -97,6 +97,7 @@ def assemble(
     video_field_layout=None,
     image_defaults: ImageOptions | None = None,
     audio_field_layout=None,
+    expanded_ids=None,
 ) -> Assembled:
     """The payload a router puts into the chosen backend's GenerateRequest.
 
@@ -108,6 +109,8 @@ def assemble(
     payload in that dtype is exactly its memory (vLLM's batch, TokenSpeed's lone item of a modality).
     ``video_field_layout``: the model's vLLM layout of the video tensors (with videos).
     ``audio_field_layout``: the model's layout of the audio tensors (with audio clips).
+    ``expanded_ids``: ``out.input_ids`` already on the wire (a one-shot response's): copied
+    as they are where the payload carries the expanded ids, not converted again.
     ``image_defaults``: the effective options of an image preprocessed with none (the
     model's ``family.effective_options(None)``): an image whose options differ gets an
     item hash over them (``image_item_hash``); None: every image's is its bytes' hash.
@@ -123,7 +126,10 @@ def assemble(
     res = Assembled(msg)
     place = Placer(res, WireOptions() if b.no_shm else options, arena, staged)
     try:
-        msg.input_ids.extend(token_ids(out.original_input_ids if b.own_processor else out.input_ids))
+        if expanded_ids is not None and not b.own_processor:
+            msg.input_ids.extend(expanded_ids)  # a copy inside protobuf, ~50x faster than converting
+        else:
+            msg.input_ids.extend(token_ids(out.original_input_ids if b.own_processor else out.input_ids))
         b.build(Job(out, field_layout, video_field_layout, dtype, image_defaults, audio_field_layout), msg, place)
     except BaseException:
         place.abandon()
