@@ -29,12 +29,16 @@ class Clock:
         return self.t
 
 
-@pytest.fixture
-def arena():
-    a = shm.ShmArena(f"t{secrets.token_hex(4)}", budget_bytes=64 * MiB, lease_s=5, clock=Clock(), pool_segments=0)
+def _closed_after(a: shm.ShmArena):
     yield a
     a.close()
     assert a.names() == []
+
+
+@pytest.fixture
+def arena():
+    yield from _closed_after(shm.ShmArena(f"t{secrets.token_hex(4)}", budget_bytes=64 * MiB, lease_s=5,
+                                          clock=Clock(), pool_segments=0))
 
 
 def handle_of(seg_tuple) -> vllm_engine_pb2.TensorData:
@@ -225,10 +229,8 @@ def _read(seg_tuple) -> bytes:
 
 @pytest.fixture
 def pooled():
-    a = shm.ShmArena(f"c{secrets.token_hex(4)}", budget_bytes=256 * MiB, lease_s=5, clock=Clock(), pool_segments=2)
-    yield a
-    a.close()
-    assert a.names() == []
+    yield from _closed_after(shm.ShmArena(f"c{secrets.token_hex(4)}", budget_bytes=256 * MiB, lease_s=5,
+                                          clock=Clock(), pool_segments=2))
 
 
 def test_a_read_segments_file_serves_the_next_one(pooled):
