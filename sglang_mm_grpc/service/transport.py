@@ -188,7 +188,7 @@ class Transport:
             s = a.stats()
             resp.shm.segments, resp.shm.peak_bytes = s["segments"], s["peak_bytes"]
             resp.shm.written, resp.shm.handed_out, resp.shm.read = s["written"], s["handed_out"], s["read"]
-            resp.shm.inline_fallbacks = s["inline_fallbacks"]
+            resp.shm.inline_fallbacks, resp.shm.reused = s["inline_fallbacks"], s["reused"]
             for why, n in s["removed"].items():
                 resp.shm.removed[why] = n
         return resp

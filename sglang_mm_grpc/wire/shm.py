@@ -288,6 +288,7 @@ class ShmCounters:
     removed: Counter = field(default_factory=Counter)
     inline_fallbacks: int = 0
     peak_bytes: int = 0
+    reused: int = 0  # segments written into a file an earlier, read one gave back
 
 
 class ShmArena:
@@ -600,6 +601,8 @@ class ShmArena:
                 return None
             seg = min(fits, key=lambda s: (s.nbytes != nbytes, s.capacity))
             self._pool.remove(seg)
+            if seg.state == GONE:  # given back by ``_reclaim``: its last segment was read
+                self.counters.reused += 1
             seg.state = STAGED
         if seg.nbytes != nbytes:
             try:
@@ -895,6 +898,7 @@ class ShmArena:
                 "read": c.read,
                 "removed": dict(c.removed),
                 "inline_fallbacks": c.inline_fallbacks,
+                "reused": c.reused,
             }
 
     def names(self) -> list[str]:

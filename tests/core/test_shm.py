@@ -254,6 +254,7 @@ def test_a_read_segments_file_serves_the_next_one(pooled):
     assert sorted(pooled.names()) == homes  # no file made, none left
     pooled.reap()  # notes the last read
     assert pooled.stats()["read"] == 9 and pooled.stats()["written"] == 9 and pooled.stats()["segments"] == 0
+    assert pooled.stats()["reused"] >= 4  # each as-is size took the file the last read gave back
 
 
 def test_a_segment_this_server_removed_takes_its_file_with_it(pooled):

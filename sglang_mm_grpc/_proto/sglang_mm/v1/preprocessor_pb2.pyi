@@ -556,7 +556,7 @@ class GetServerInfoResponse(_message.Message):
     def __init__(self, shm_namespace_id: _Optional[str] = ..., shm_owner_id: _Optional[str] = ..., default_transport: _Optional[_Union[TensorTransport, str]] = ..., default_shm_min_bytes: _Optional[int] = ..., shm_budget_bytes: _Optional[int] = ..., shm_bytes: _Optional[int] = ..., shm_lease_s: _Optional[float] = ..., max_send_bytes: _Optional[int] = ..., smg_grpc_proto_version: _Optional[str] = ..., shm: _Optional[_Union[ShmStats, _Mapping]] = ...) -> None: ...
 
 class ShmStats(_message.Message):
-    __slots__ = ("segments", "peak_bytes", "written", "handed_out", "read", "removed", "inline_fallbacks")
+    __slots__ = ("segments", "peak_bytes", "written", "handed_out", "read", "removed", "inline_fallbacks", "reused")
     class RemovedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -571,6 +571,7 @@ class ShmStats(_message.Message):
     READ_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     INLINE_FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    REUSED_FIELD_NUMBER: _ClassVar[int]
     segments: int
     peak_bytes: int
     written: int
@@ -578,7 +579,8 @@ class ShmStats(_message.Message):
     read: int
     removed: _containers.ScalarMap[str, int]
     inline_fallbacks: int
-    def __init__(self, segments: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., written: _Optional[int] = ..., handed_out: _Optional[int] = ..., read: _Optional[int] = ..., removed: _Optional[_Mapping[str, int]] = ..., inline_fallbacks: _Optional[int] = ...) -> None: ...
+    reused: int
+    def __init__(self, segments: _Optional[int] = ..., peak_bytes: _Optional[int] = ..., written: _Optional[int] = ..., handed_out: _Optional[int] = ..., read: _Optional[int] = ..., removed: _Optional[_Mapping[str, int]] = ..., inline_fallbacks: _Optional[int] = ..., reused: _Optional[int] = ...) -> None: ...
 
 class GetStatsRequest(_message.Message):
     __slots__ = ()
