@@ -61,7 +61,8 @@ def shm_report(server) -> str:
 
     with Client(server.target) as c:
         s = c.server_info().shm
-    return (f"{s.written} segments written, {s.handed_out} handed out, {s.read} read by the stubs, removed unread "
+    return (f"{s.written} segments written ({s.reused} in files a read one gave back), {s.handed_out} handed out, "
+            f"{s.read} read by the stubs, removed unread "
             f"{dict(s.removed)}, {s.inline_fallbacks} sent inline for want of room, peak {s.peak_bytes / procs.MiB:.0f} MiB")
 
 
