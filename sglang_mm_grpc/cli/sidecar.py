@@ -80,10 +80,11 @@ def run_sidecar(args) -> int:
 
 
 async def _serve(model, policy, engine, redis_url: str, keys, concurrency: int, max_result: int) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     import redis.asyncio as redis_asyncio
 
     from ..media import MediaFetcher
-    from ..server.workers import WarmFirstExecutor
     from ..sidecar.jobs import JobRunner
     from ..sidecar.worker import Sidecar
 
@@ -93,7 +94,7 @@ async def _serve(model, policy, engine, redis_url: str, keys, concurrency: int, 
     # No read timeout of the client's own: a BRPOP waits on purpose; each call is bounded.
     client = redis_asyncio.from_url(redis_url, decode_responses=False, socket_connect_timeout=1.0,
                                     socket_timeout=None)
-    with WarmFirstExecutor(max(1, concurrency), thread_name_prefix="sidecar") as executor:
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="sidecar") as executor:
         sidecar = Sidecar(JobRunner(model, fetcher, engine, executor), client, keys, concurrency=concurrency,
                           max_result_bytes=max_result)
         task = asyncio.current_task()
