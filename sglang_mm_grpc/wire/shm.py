@@ -489,15 +489,15 @@ class ShmArena:
             raise ValueError("a segment holds at least one byte")
         seg = self._from_pool(nbytes)
         if seg is None:
-            capacity = -(-nbytes // _MiB) * _MiB if self._homes() else nbytes
-            if not self._reserve(capacity):
+            if not self._reserve(nbytes):
                 with self._lock:
                     self.counters.inline_fallbacks += 1
                 return None
             try:
-                seg = self._new_file(nbytes, accounted=capacity, capacity=capacity, home=self._homes())
+                capacity = -(-nbytes // _MiB) * _MiB if self._homes() else nbytes  # room for a later segment
+                seg = self._new_file(nbytes, accounted=nbytes, capacity=capacity, home=self._homes())
             except OSError as e:
-                self._unreserve(capacity)
+                self._unreserve(nbytes)
                 log.warning("cannot create a shared-memory segment of %d bytes: %s; sending inline", nbytes, e)
                 with self._lock:
                     self.counters.inline_fallbacks += 1
@@ -591,9 +591,9 @@ class ShmArena:
     # -- the pre-faulted pool --------------------------------------------------------------
 
     def _from_pool(self, nbytes: int) -> Segment | None:
-        """A pooled file cut (or grown) to ``nbytes``: one of the same size first, else the
-        smallest that holds it. A file with a home stays counted at its capacity, what it
-        may grow to; one without gives its tail back."""
+        """A pooled file cut (or grown, within the budget) to ``nbytes``: one of the same
+        size first, else the smallest that holds it. It counts as its size; None when none
+        fits (a file that cannot grow is let go)."""
         self._reclaim()
         with self._lock:
             fits = [s for s in self._pool if s.capacity >= nbytes]
@@ -601,20 +601,28 @@ class ShmArena:
                 return None
             seg = min(fits, key=lambda s: (s.nbytes != nbytes, s.capacity))
             self._pool.remove(seg)
-            if seg.state == GONE:  # given back by ``_reclaim``: its last segment was read
-                self.counters.reused += 1
+            given_back = seg.state == GONE  # by ``_reclaim``: its last segment was read
             seg.state = STAGED
         if seg.nbytes != nbytes:
+            grow = nbytes - seg.nbytes
             try:
-                _resize(seg.fd, seg.nbytes, nbytes)
+                if grow > 0 and not self._reserve(grow):
+                    raise OSError(errno.ENOSPC, "no room to grow a pooled segment")
+                try:
+                    _resize(seg.fd, seg.nbytes, nbytes)
+                except OSError:
+                    if grow > 0:
+                        self._unreserve(grow)
+                    raise
             except OSError:
-                self._remove(seg, "failed", count=False)
+                self._remove(seg, "", count=False)
                 return None
-            if not seg.home:
-                with self._lock:
-                    self._bytes -= seg.accounted - nbytes
-                seg.accounted = nbytes
-            seg.nbytes = nbytes
+            with self._lock:
+                self._bytes += min(grow, 0)
+                seg.accounted = seg.nbytes = nbytes
+        if given_back:
+            with self._lock:
+                self.counters.reused += 1
         return seg
 
     def _recyclable(self, seg: Segment) -> bool:  # under the lock

@@ -227,6 +227,12 @@ def _read(seg_tuple) -> bytes:
     return mm_shm.tensor_payload_bytes(handle_of(seg_tuple))
 
 
+def _held(a: shm.ShmArena) -> int:
+    """The bytes of the arena's files in /dev/shm, each file once (a segment has two names)."""
+    sizes = {st.st_ino: st.st_size for st in (os.stat(f"/dev/shm/{n}") for n in a.names())}
+    return sum(sizes.values())
+
+
 @pytest.fixture
 def pooled():
     yield from _closed_after(shm.ShmArena(f"c{secrets.token_hex(4)}", budget_bytes=256 * MiB, lease_s=5,
@@ -250,6 +256,7 @@ def test_a_read_segments_file_serves_the_next_one(pooled):
         assert _ino(seg) in files and seg.name not in homes
         assert os.path.getsize(f"/dev/shm/{seg.name}") == nbytes
         seg.buffer()[:] = k
+        assert pooled.bytes == _held(pooled)  # counted as the files' sizes, not what they may grow to
         assert _read(pooled.hand_out(seg)) == bytes([k]) * nbytes
     assert sorted(pooled.names()) == homes  # no file made, none left
     pooled.reap()  # notes the last read
