@@ -194,7 +194,7 @@ class PreprocessorServicer(pb_grpc.MultimodalPreprocessorServicer):
         req = await self.intake.fetched(request, context, rec, deadline, pp, resolved)
         deadline.check("preprocessing")
         job = preprocessing.Job(req, request, backend, backend is None or request.keep_handle, rec, resolved,
-                                self._identity(context))
+                                req.media.scope)  # the caller, as the intake told it
         tw = time.perf_counter()
         try:
             done = await self.preprocessing.preprocess(job, ticket, deadline)

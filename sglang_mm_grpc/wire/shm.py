@@ -625,10 +625,6 @@ class ShmArena:
                 self.counters.reused += 1
         return seg
 
-    def _recyclable(self, seg: Segment) -> bool:  # under the lock
-        """Handed out, and nothing here reads it any more: its file may be reused once read."""
-        return bool(seg.home) and seg.handle == "" and seg.state == OUT and not seg.removed and not self._closed
-
     def _reclaim(self, limit: int | None = RECLAIM_LOOKS) -> None:
         """The files of recycled segments whose readers removed their names go back to
         the pool (those the pool has no room or use for, away in the background); looks at
@@ -715,7 +711,7 @@ class ShmArena:
                 if not need or not self._reserve(size):
                     break
                 try:
-                    seg = self._new_file(size, accounted=size, home=self._links)
+                    seg = self._new_file(size, accounted=size, home=self._homes())
                 except OSError as e:
                     self._unreserve(size)
                     log.debug("pre-faulting a shared-memory segment failed: %s", e)
@@ -745,8 +741,9 @@ class ShmArena:
         return seg.name, 0, seg.nbytes, self.owner_id
 
     def _recycle(self, seg: Segment) -> bool:  # under the lock
-        """Reuse ``seg``'s file once its reader removed its name, if it can be."""
-        if not self._recyclable(seg):
+        """Reuse ``seg``'s file once its reader removed its name, if it has a home and was
+        handed out and nothing here reads it any more (no kept result)."""
+        if not seg.home or seg.handle or seg.state != OUT or seg.removed or self._closed:
             return False
         self._recycling[seg.name] = seg
         return True
