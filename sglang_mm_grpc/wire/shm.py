@@ -851,15 +851,18 @@ class ShmArena:
             self._forget(seg)
 
     def _forget(self, seg: Segment) -> None:
+        """Close ``seg``'s file and remove its home, then stop counting it: a segment no
+        longer counted (in ``stats``, the budget) has no file left here."""
         with self._lock:
-            if self._live.pop(seg.name, None) is not None:
-                self._bytes -= seg.accounted
             fd, seg.fd = seg.fd, -1
             home, seg.home = seg.home, ""
         if home:
             _unlink(os.path.join(self.directory, home))
         if fd >= 0:
             os.close(fd)
+        with self._lock:
+            if self._live.pop(seg.name, None) is not None:
+                self._bytes -= seg.accounted
 
     def _remove(self, seg: Segment, why: str, *, count: bool) -> None:
         with self._lock:
