@@ -31,8 +31,9 @@ LAYERS: dict[str, dict[str, list[str]]] = {
     "kernels": {"may_import": [], "third_party": ["numpy", "numba", "llvmlite"]},
     "core": {"may_import": ["kernels"], "third_party": ["numpy", "blake3"]},
     # httpcore: the connection layer under httpx; media/transport.py pins resolved addresses
-    # (SSRF) with an httpcore network backend and maps its exceptions.
-    "media": {"may_import": ["core", "kernels"], "third_party": ["httpx", "httpcore", "PIL", "numpy", "av"]},
+    # (SSRF) with an httpcore network backend and maps its exceptions; anyio: httpx's async
+    # layer, whose cancel scopes httpcore's cleanups respect (media/fetch.py).
+    "media": {"may_import": ["core", "kernels"], "third_party": ["httpx", "httpcore", "anyio", "PIL", "numpy", "av"]},
     "families": {"may_import": ["core", "kernels"], "third_party": ["numpy"]},
     "config": {"may_import": ["families", "media", "core", "kernels"], "third_party": ["numpy"]},
     "pipeline": {"may_import": ["config", "families", "media", "core", "kernels"], "third_party": ["numpy"]},

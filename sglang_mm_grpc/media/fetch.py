@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import AsyncIterator, Literal, Mapping, Sequence
 
+import anyio
 import httpcore
 
 from ..core.errors import Code, PreprocessError
@@ -254,16 +255,31 @@ else:  # Python 3.10
 
 
 async def _cancelled_once(coro):
-    """Await ``coro`` in its own task that is cancelled at most once. The fetch deadline
-    and the RPC's own cancellation often fire together; a second cancel would interrupt
-    httpcore's cleanup of the first and leave the connection open and counted in the pool."""
-    task = asyncio.ensure_future(coro)
+    """Await ``coro`` in its own task, which the caller's cancellation (the RPC's, or the
+    fetch deadline's) stops once, through an anyio cancel scope. httpcore guards its
+    cleanups with shielded scopes: a scope's cancellation waits until they are done,
+    where a plain ``Task.cancel`` lands inside them (in the lock that closes a response)
+    and leaves the request and its connection counted in the pool for good. A second
+    cancellation of the caller does not reach the task: it still finishes its cleanup."""
+    scopes: list[anyio.CancelScope] = []
+
+    async def scoped():
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            return await coro
+        raise asyncio.CancelledError  # the scope was cancelled: the caller is gone
+
+    task = asyncio.ensure_future(scoped())
     task.add_done_callback(_retrieve)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         if not task.done():
-            task.cancel()
+            if scopes:
+                scopes[0].cancel()
+            else:  # not started: it never will
+                task.cancel()
+                coro.close()
             await asyncio.wait({task})  # if cancelled again here, the task still finishes its cleanup
         raise
     finally:

@@ -20,6 +20,7 @@ import httpx
 
 from .failures import unavailable
 from .policy import FetchPolicy
+from .pools import ConnectionPool, ProxyPool
 from .proxy import ProxyConfig
 from .sources import redact_url
 from .ssrf import Resolver, resolve_checked
@@ -181,13 +182,14 @@ class Clients:
         return dict(ssl_context=self._ssl, max_connections=n, max_keepalive_connections=n, keepalive_expiry=30.0)
 
     def _make(self, proxy_url: str | None) -> httpx.AsyncClient:
+        pool: httpcore.AsyncConnectionPool
         if proxy_url is None:
-            pool = httpcore.AsyncConnectionPool(network_backend=self._backend, **self._pool_kwargs())
+            pool = ConnectionPool(network_backend=self._backend, **self._pool_kwargs())
         else:
             proxy = httpx.Proxy(proxy_url)
             if proxy.url.scheme not in ("http", "https"):
                 raise unavailable(f"proxy {redact_url(proxy_url)} is not supported (only http and https proxies)")
-            pool = httpcore.AsyncHTTPProxy(
+            pool = ProxyPool(
                 proxy_url=httpcore.URL(
                     scheme=proxy.url.raw_scheme, host=proxy.url.raw_host, port=proxy.url.port, target=proxy.url.raw_path
                 ),

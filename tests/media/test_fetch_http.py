@@ -9,12 +9,15 @@ import threading
 import time
 from urllib.parse import quote
 
+import anyio
 import pytest
 
 from fetch_helpers import DialRecorder, fetch, fetch_error, make_fetcher
 from media_servers import closed_port, payload
 from sglang_mm_grpc.core.errors import Code, PreprocessError
 from sglang_mm_grpc.media import FetchPolicy
+from sglang_mm_grpc.media.fetch import _cancelled_once
+from sglang_mm_grpc.media.pools import ConnectionPool
 
 
 def policy(**kw) -> FetchPolicy:
@@ -250,6 +253,54 @@ def test_cancelling_the_caller_closes_connections(origin):
     while len(origin.log.closed) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert origin.log.closed == ["/hold", "/hold"]
+
+
+def test_a_fetch_is_cancelled_only_after_its_shielded_cleanup():
+    """The caller's cancellation reaches a fetch through an anyio cancel scope, so it waits
+    for a cleanup httpcore shields (closing a response: take its lock, mark the
+    connection idle, drop the request from the pool). Before, a plain Task.cancel landed
+    inside that cleanup and the pool counted the request and its connection for good."""
+    events: list[str] = []
+
+    async def fetch_that_is_closing():
+        with anyio.CancelScope(shield=True):  # as httpcore closes a response
+            events.append("closing")
+            await asyncio.sleep(0.05)
+            events.append("closed")
+        await asyncio.sleep(10)  # what is left of the fetch: cancelled here
+        events.append("not cancelled")
+
+    async def go():
+        task = asyncio.ensure_future(_cancelled_once(fetch_that_is_closing()))
+        while not events:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(go(), 5))
+    assert events == ["closing", "closed"]
+
+
+def test_requests_cancelled_before_they_dial_leave_no_connection(origin):
+    """Two requests on a one-connection pool, both cancelled as the pool hands the first
+    its new connection: the connection nobody dialed is dropped, and the next request
+    gets a connection (httpcore's own pool keeps it and the next request times out)."""
+
+    async def go():
+        async with ConnectionPool(max_connections=1) as pool:
+            url = origin.url("/bytes/10", host="127.0.0.1")
+            tasks = [asyncio.ensure_future(pool.request("GET", url)) for _ in range(2)]
+            await asyncio.sleep(0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            left = list(pool.connections)
+            response = await pool.request("GET", url, extensions={"timeout": {"pool": 2.0}})
+            return left, response.status, response.content
+
+    left, status, body = asyncio.run(go())
+    assert left == [] and status == 200 and body == payload(10)
 
 
 def test_stats_count_fetches_bytes_and_refusals(origin):
