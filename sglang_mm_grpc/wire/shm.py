@@ -605,16 +605,14 @@ class ShmArena:
             seg.state = STAGED
         if seg.nbytes != nbytes:
             grow = nbytes - seg.nbytes
+            if grow > 0 and not self._reserve(grow):  # no room to grow it: let it go
+                self._remove(seg, "", count=False)
+                return None
             try:
-                if grow > 0 and not self._reserve(grow):
-                    raise OSError(errno.ENOSPC, "no room to grow a pooled segment")
-                try:
-                    _resize(seg.fd, seg.nbytes, nbytes)
-                except OSError:
-                    if grow > 0:
-                        self._unreserve(grow)
-                    raise
+                _resize(seg.fd, seg.nbytes, nbytes)
             except OSError:
+                if grow > 0:
+                    self._unreserve(grow)
                 self._remove(seg, "", count=False)
                 return None
             with self._lock:
